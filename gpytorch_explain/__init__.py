@@ -1,0 +1,19 @@
+"""gpytorch-explain: Gaussian-process models that explain themselves, with calibrated uncertainty."""
+
+from .explanation import GPXExplanation
+from .kernels import GPXKernel
+from .models import GPXModel, GPXPredictionStrategy
+from .operators import LowRankHadamardLinearOperator, WeightPosteriorLinearOperator
+from .utils import median_heuristic_lengthscale
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GPXExplanation",
+    "GPXKernel",
+    "GPXModel",
+    "GPXPredictionStrategy",
+    "LowRankHadamardLinearOperator",
+    "WeightPosteriorLinearOperator",
+    "median_heuristic_lengthscale",
+]

@@ -1,0 +1,3 @@
+from .gpx_kernel import GPXKernel
+
+__all__ = ["GPXKernel"]

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+r"""The GPX covariance :math:`(k(\mathbf x, \mathbf x') + \sigma_w^2\delta)\,\mathbf z^\top\mathbf z'`."""
+
+from __future__ import annotations
+
+import torch
+from gpytorch.constraints import Interval, Positive
+from gpytorch.kernels import Kernel
+from gpytorch.priors import Prior
+from linear_operator.operators import (
+    AddedDiagLinearOperator,
+    DiagLinearOperator,
+    LinearOperator,
+    to_linear_operator,
+)
+from torch import Tensor
+
+from ..operators import LowRankHadamardLinearOperator
+
+__all__ = ["GPXKernel"]
+
+
+def _contiguous_range(index, size: int) -> tuple[int, int] | None:
+    if isinstance(index, slice):
+        start, stop, step = index.indices(size)
+        if step == 1:
+            return start, max(start, stop)
+    return None
+
+
+class _SampleDiagAddedLinearOperator(AddedDiagLinearOperator):
+    """``A + D`` where the diagonal ``D`` is tied to the sample index.
+
+    Off-diagonal blocks (e.g. the test/train block of a joint train+test covariance) slice to
+    ``A``'s block alone, and diagonal blocks to ``A``'s block plus ``D``'s; other indices fall
+    back to the generic path.
+    """
+
+    def _getitem(self, row_index, col_index, *batch_indices):
+        rows = _contiguous_range(row_index, self.size(-2))
+        cols = _contiguous_range(col_index, self.size(-1))
+        if rows is not None and cols is not None:
+            base = self._linear_op._getitem(row_index, col_index, *batch_indices)
+            if rows[1] <= cols[0] or cols[1] <= rows[0]:
+                return base
+            if rows == cols:
+                diag = self._diag_tensor._diag
+                diag = diag.expand(*self.batch_shape, diag.size(-1))[(*batch_indices, row_index)]
+                return _SampleDiagAddedLinearOperator(base, DiagLinearOperator(diag))
+        return super()._getitem(row_index, col_index, *batch_indices)
+
+
+class GPXKernel(Kernel):
+    r"""Covariance of :math:`f_i = \mathbf w_i^\top \mathbf z_i` in GPX (Yoshikawa & Iwata).
+
+    GPX puts independent GP priors on the :math:`d` coordinates of a local weight vector,
+    :math:`\mathbf w_i = \mathbf g(\mathbf x_i) + \boldsymbol\epsilon_{w,i}` with
+    :math:`g_l \sim \mathcal{GP}(0, k)` and :math:`\boldsymbol\epsilon_{w,i} \sim
+    \mathcal N(\mathbf 0, \sigma_w^2 \mathbf I_d)`, so that
+
+    .. math::
+
+        \operatorname{Cov}(f_i, f_j) = \left(k(\mathbf x_i, \mathbf x_j) + \sigma_w^2 \delta_{ij}\right)
+        \mathbf z_i^\top \mathbf z_j ,
+        \qquad
+        \operatorname{Cov}(\mathbf f) = (\mathbf K + \sigma_w^2 \mathbf I) \odot \mathbf Z \mathbf Z^\top .
+
+    The weight-noise term is tied to the *sample* index: it appears on the diagonal of
+    ``kernel(X)`` (which for a GPyTorch ``ExactGP`` is the joint train+test evaluation) and
+    never in a cross-covariance ``kernel(X1, X2)``.
+
+    Inputs carry both representations: each row is :math:`[\mathbf x_i \,|\, \mathbf z_i]`
+    (``x_dims`` columns of :math:`\mathbf x` followed by ``z_dims`` columns of :math:`\mathbf z`).
+    With ``z_dims=None`` the explanation features are the inputs themselves
+    (:math:`\mathbf z = \mathbf x`) and rows are plain :math:`\mathbf x_i`.
+    Carrying :math:`\mathbf z` inside the inputs keeps GPyTorch's train/test slicing (and
+    BoTorch) working unchanged.
+
+    The result is lazy: :class:`~gpytorch_explain.LowRankHadamardLinearOperator` around
+    whatever operator the base kernel returns (dense, KISS-GP, inducing points, KeOps, ...),
+    plus a diagonal.
+
+    :param base_kernel: The kernel :math:`k` on :math:`\mathbf x`.
+    :param x_dims: :math:`D`, the number of input columns of :math:`\mathbf x`.
+    :param z_dims: :math:`d`, the number of explanation features when they are given separately
+        (``None``: :math:`\mathbf z = \mathbf x`).
+    :param weight_noise_prior: Optional prior on :math:`\sigma_w^2`.
+    :param weight_noise_constraint: Constraint on :math:`\sigma_w^2` (default: ``Positive()``).
+
+    Example:
+        >>> import torch, gpytorch
+        >>> from gpytorch_explain import GPXKernel
+        >>> kernel = GPXKernel(gpytorch.kernels.RBFKernel(), x_dims=3)
+        >>> x = torch.randn(10, 3)
+        >>> kernel(x).shape
+        torch.Size([10, 10])
+    """
+
+    has_lengthscale = False
+
+    def __init__(
+        self,
+        base_kernel: Kernel,
+        x_dims: int,
+        z_dims: int | None = None,
+        weight_noise_prior: Prior | None = None,
+        weight_noise_constraint: Interval | None = None,
+        **kwargs,
+    ):
+        if not isinstance(base_kernel, Kernel):
+            raise TypeError(f"base_kernel must be a gpytorch Kernel, got {type(base_kernel).__name__}.")
+        if int(x_dims) < 1 or (z_dims is not None and int(z_dims) < 1):
+            raise ValueError(f"x_dims and z_dims must be positive, got {x_dims} and {z_dims}.")
+        super().__init__(batch_shape=base_kernel.batch_shape, **kwargs)
+        self.base_kernel = base_kernel
+        self.x_dims = int(x_dims)
+        self.z_dims = None if z_dims is None else int(z_dims)
+
+        if weight_noise_constraint is None:
+            weight_noise_constraint = Positive()
+        self.register_parameter("raw_weight_noise", torch.nn.Parameter(torch.zeros(*self.batch_shape, 1)))
+        self.register_constraint("raw_weight_noise", weight_noise_constraint)
+        if weight_noise_prior is not None:
+            self.register_prior(
+                "weight_noise_prior", weight_noise_prior, lambda m: m.weight_noise, lambda m, v: m._set_weight_noise(v)
+            )
+
+    # --------------------------------------------------------------- params
+    @property
+    def weight_noise(self) -> Tensor:
+        r""":math:`\sigma_w^2`, the variance of the weight noise (shape ``(*batch_shape, 1)``)."""
+        return self.raw_weight_noise_constraint.transform(self.raw_weight_noise)
+
+    @weight_noise.setter
+    def weight_noise(self, value: Tensor | float) -> None:
+        self._set_weight_noise(value)
+
+    def _set_weight_noise(self, value: Tensor | float) -> None:
+        if not torch.is_tensor(value):
+            value = torch.as_tensor(value, dtype=self.raw_weight_noise.dtype, device=self.raw_weight_noise.device)
+        value = value.to(self.raw_weight_noise)
+        if not torch.all(value > 0):
+            raise ValueError(f"weight_noise must be positive, got {value}.")
+        self.initialize(raw_weight_noise=self.raw_weight_noise_constraint.inverse_transform(value))
+
+    # --------------------------------------------------------------- inputs
+    @property
+    def input_dims(self) -> int:
+        """Number of columns an input row has (``x_dims`` or ``x_dims + z_dims``)."""
+        return self.x_dims if self.z_dims is None else self.x_dims + self.z_dims
+
+    def split_inputs(self, inputs: Tensor) -> tuple[Tensor, Tensor]:
+        r"""Split rows :math:`[\mathbf x \,|\, \mathbf z]` into :math:`(\mathbf X, \mathbf Z)`."""
+        if inputs.size(-1) != self.input_dims:
+            raise ValueError(
+                f"GPXKernel expects inputs with {self.input_dims} columns "
+                f"({self.x_dims} for x" + ("" if self.z_dims is None else f" + {self.z_dims} for z") + f"), "
+                f"got {inputs.size(-1)}."
+            )
+        if self.z_dims is None:
+            return inputs, inputs
+        return inputs[..., : self.x_dims], inputs[..., self.x_dims :]
+
+    # --------------------------------------------------------------- covariance
+    def __call__(
+        self, x1: Tensor, x2: Tensor | None = None, diag: bool = False, last_dim_is_batch: bool = False, **params
+    ) -> LinearOperator | Tensor:
+        if last_dim_is_batch:
+            raise NotImplementedError("GPXKernel does not support last_dim_is_batch.")
+        if x1.dim() == 1:
+            x1 = x1.unsqueeze(-1)
+        same = x2 is None or x2 is x1
+        if x2 is None:
+            x2 = x1
+        elif x2.dim() == 1:
+            x2 = x2.unsqueeze(-1)
+        xx1, z1 = self.split_inputs(x1)
+        xx2, z2 = (xx1, z1) if same else self.split_inputs(x2)
+        if diag:
+            base_diag = self.base_kernel(xx1, xx2, diag=True, **params)
+            return base_diag * (z1 * z2).sum(-1) + self.weight_noise * (z1 * z1).sum(-1)
+        base = to_linear_operator(self.base_kernel(xx1, xx2, **params))
+        res = LowRankHadamardLinearOperator(base, z1, z2)
+        if same:
+            res = _SampleDiagAddedLinearOperator(res, DiagLinearOperator(self.weight_noise * (z1 * z1).sum(-1)))
+        return res
+
+    def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, **params) -> Tensor:
+        res = self(x1, x2 if x2 is not x1 else None, diag=diag, **params)
+        return res if diag else res.to_dense()
+
+    def num_outputs_per_input(self, x1: Tensor, x2: Tensor) -> int:
+        return 1

@@ -1,0 +1,3 @@
+from .gpx_model import GPXModel, GPXPredictionStrategy
+
+__all__ = ["GPXModel", "GPXPredictionStrategy"]

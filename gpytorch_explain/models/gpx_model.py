@@ -1,0 +1,418 @@
+#!/usr/bin/env python3
+r"""GPX: Gaussian process regression with local explanation, as a GPyTorch ``ExactGP``."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+
+import gpytorch
+import torch
+from gpytorch import settings as gsettings
+from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
+from gpytorch.kernels import Kernel, RBFKernel, ScaleKernel
+from gpytorch.likelihoods import GaussianLikelihood, Likelihood
+from gpytorch.means import ZeroMean
+from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
+from gpytorch.utils.memoize import cached
+from torch import Tensor
+
+from ..explanation import GPXExplanation
+from ..kernels import GPXKernel
+from ..operators import WeightPosteriorLinearOperator
+from ..utils import check_matrix, check_same_rows, check_vector, median_heuristic_lengthscale
+
+__all__ = ["GPXModel", "GPXPredictionStrategy"]
+
+
+def _solve_tolerance(dtype: torch.dtype) -> float:
+    # CG residual tolerance for derived quantities (mean cache / weights); GPyTorch's default
+    # eval tolerance (1e-2) leaves errors of a few percent in α, which GPX weights inherit.
+    return 1e-4 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-8
+
+
+class GPXPredictionStrategy(DefaultPredictionStrategy):
+    r"""GPyTorch's exact prediction strategy, with the mean cache :math:`\boldsymbol\alpha =
+    \mathbf C^{-1}\mathbf y` solved accurately and a Cholesky factor of :math:`\mathbf C` kept for
+    the weight posterior.
+
+    When CG is used (:math:`n >` ``max_cholesky_size``), the mean cache is solved to a relative
+    residual of ``min(eval_cg_tolerance, 1e-8)`` in float64 (``1e-4`` in float32), since the
+    local weights :math:`\mathbb E[\mathbf w_*] = \mathbf B^\top\boldsymbol\alpha` amplify solve
+    errors that are harmless for the predictive mean.
+    """
+
+    @cached(name="mean_cache")
+    def _mean_cache(self, nan_policy: str) -> Tensor:
+        tol = min(gsettings.eval_cg_tolerance.value(), _solve_tolerance(self.train_labels.dtype))
+        max_iter = max(gsettings.max_cg_iterations.value(), 2 * self.num_train)
+        with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(max_iter):
+            return super()._mean_cache(nan_policy)
+
+    @cached(name="train_cholesky")
+    def train_cholesky(self) -> Tensor:
+        r"""Lower Cholesky factor :math:`\mathbf L` of :math:`\mathbf C` (dense, ``n x n``)."""
+        covar = self.lik_train_train_covar
+        if gsettings.detach_test_caches.on():
+            covar = covar.detach()
+        return covar.cholesky().to_dense()
+
+
+class GPXModel(gpytorch.models.ExactGP):
+    r"""GP regression with local explanation (GPX; Yoshikawa & Iwata), a drop-in ``ExactGP``.
+
+    Each sample is explained by a local linear model whose weights are Gaussian processes:
+
+    .. math::
+
+        y_i = \mathbf w_i^\top \mathbf z_i + \epsilon_y, \qquad
+        \mathbf w_i = \mathbf g(\mathbf x_i) + \boldsymbol\epsilon_w, \qquad
+        g_l \sim \mathcal{GP}(0, k), \quad
+        \epsilon_y \sim \mathcal N(0, \sigma_y^2), \ \boldsymbol\epsilon_w \sim \mathcal N(\mathbf 0, \sigma_w^2\mathbf I_d),
+
+    so that :math:`\mathbf y \sim \mathcal N(\mathbf 0, \mathbf C)` with
+    :math:`\mathbf C = \sigma_y^2 \mathbf I + (\mathbf K + \sigma_w^2 \mathbf I) \odot \mathbf Z \mathbf Z^\top`.
+    :math:`\mathbf x` are the inputs of the kernel, :math:`\mathbf z` the (human-readable)
+    explanation features; by default :math:`\mathbf z = \mathbf x`.
+
+    Train it like any ``ExactGP`` (``model(train_x, train_z)`` with
+    ``ExactMarginalLogLikelihood``) or with :meth:`fit`. In eval mode:
+
+    * ``model(x, z)`` is the latent :math:`f_* = \mathbf w_*^\top \mathbf z_*` (a
+      ``MultivariateNormal``; includes :math:`\sigma_w^2\|\mathbf z_*\|^2`, excludes :math:`\sigma_y^2`);
+      ``model.likelihood(model(x, z))`` is the predictive distribution of :math:`y_*`;
+    * :meth:`predict_weights` is the joint posterior of :math:`\mathbf w_*`;
+    * :meth:`explain` bundles predictions, weights and contributions :math:`\mathbf w_* \odot \mathbf z_*`.
+
+    :param train_x: :math:`\mathbf X`, ``(n, D)``.
+    :param train_y: :math:`\mathbf y`, ``(n,)``.
+    :param train_z: :math:`\mathbf Z`, ``(n, d)``; ``None`` means :math:`\mathbf Z = \mathbf X`.
+    :param likelihood: A ``GaussianLikelihood`` (default: one with :math:`\sigma_y^2 = 0.01`).
+    :param base_kernel: :math:`k` on :math:`\mathbf x` (default: ``ScaleKernel(RBFKernel())`` with
+        outputscale 1 and the lengthscale from the median heuristic). Any GPyTorch kernel works.
+    :param feature_names: Optional names of the :math:`d` explanation features.
+
+    Example:
+        >>> import torch
+        >>> from gpytorch_explain import GPXModel
+        >>> x = torch.randn(40, 3, dtype=torch.float64)
+        >>> y = x[:, 0] * torch.sin(x[:, 1])
+        >>> model = GPXModel(x, y).fit(max_iter=20)
+        >>> weights = model.predict_weights(x[:5])
+        >>> weights.mean.shape, weights.covariance_matrix.shape
+        (torch.Size([5, 3]), torch.Size([15, 15]))
+    """
+
+    def __init__(
+        self,
+        train_x: Tensor,
+        train_y: Tensor,
+        train_z: Tensor | None = None,
+        likelihood: Likelihood | None = None,
+        base_kernel: Kernel | None = None,
+        feature_names: Sequence[str] | None = None,
+    ):
+        train_x = check_matrix("train_x", train_x)
+        train_y = check_vector("train_y", train_y)
+        if train_z is not None:
+            train_z = check_matrix("train_z", train_z)
+        check_same_rows(train_x=train_x, train_y=train_y, train_z=train_z)
+        dtypes = {t.dtype for t in (train_x, train_y, train_z) if t is not None}
+        if len(dtypes) > 1:
+            raise TypeError(f"train_x, train_y and train_z must share one dtype, got {sorted(map(str, dtypes))}.")
+        if likelihood is None:
+            likelihood = GaussianLikelihood()
+            likelihood.noise = 0.01
+        elif not isinstance(likelihood, GaussianLikelihood):
+            raise TypeError(
+                f"GPXModel needs a GaussianLikelihood (exact inference), got {type(likelihood).__name__}."
+            )
+        likelihood = likelihood.to(dtype=train_x.dtype, device=train_x.device)
+
+        x_dims = train_x.size(-1)
+        z_dims = None if train_z is None else train_z.size(-1)
+        train_inputs = train_x if train_z is None else torch.cat([train_x, train_z], dim=-1)
+        super().__init__(train_inputs, train_y, likelihood)
+
+        if base_kernel is None:
+            base_kernel = ScaleKernel(RBFKernel())
+            base_kernel.outputscale = 1.0
+            if train_x.size(0) >= 2:
+                base_kernel.base_kernel.lengthscale = median_heuristic_lengthscale(train_x.detach())
+        elif not isinstance(base_kernel, Kernel):
+            raise TypeError(f"base_kernel must be a gpytorch Kernel, got {type(base_kernel).__name__}.")
+        self.mean_module = ZeroMean()
+        self.covar_module = GPXKernel(base_kernel, x_dims=x_dims, z_dims=z_dims)
+        self.covar_module.weight_noise = 0.01
+        self.to(dtype=train_x.dtype, device=train_x.device)
+
+        num_features = x_dims if z_dims is None else z_dims
+        if feature_names is not None:
+            feature_names = [str(f) for f in feature_names]
+            if len(feature_names) != num_features:
+                raise ValueError(f"feature_names has {len(feature_names)} names but there are {num_features} features.")
+        self.feature_names = feature_names
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def x_dims(self) -> int:
+        """:math:`D`, the number of columns of :math:`\\mathbf x`."""
+        return self.covar_module.x_dims
+
+    @property
+    def num_features(self) -> int:
+        """:math:`d`, the number of explanation features (columns of :math:`\\mathbf z`)."""
+        return self.covar_module.x_dims if self.covar_module.z_dims is None else self.covar_module.z_dims
+
+    @property
+    def weight_noise(self) -> Tensor:
+        r""":math:`\sigma_w^2`, the variance of the weight noise."""
+        return self.covar_module.weight_noise
+
+    @weight_noise.setter
+    def weight_noise(self, value: Tensor | float) -> None:
+        self.covar_module.weight_noise = value
+        self.prediction_strategy = None
+
+    @property
+    def base_kernel(self) -> Kernel:
+        """The kernel :math:`k` on :math:`\\mathbf x`."""
+        return self.covar_module.base_kernel
+
+    def _train_xz(self) -> tuple[Tensor, Tensor]:
+        if self.train_inputs is None:
+            raise RuntimeError("This GPXModel has no training data; call set_train_data first.")
+        return self.covar_module.split_inputs(self.train_inputs[0])
+
+    # ----------------------------------------------------------------- inputs
+    def _param_dtype(self) -> torch.dtype:
+        return self.covar_module.raw_weight_noise.dtype
+
+    def _check_x(self, x: Tensor, name: str = "x") -> Tensor:
+        x = check_matrix(name, x, cols=self.x_dims, cols_name=f"columns (the model's x has D = {self.x_dims})")
+        if x.dtype != self._param_dtype():
+            raise TypeError(f"{name} has dtype {x.dtype} but the model is {self._param_dtype()}.")
+        return x
+
+    def _make_inputs(self, x: Tensor, z: Tensor | None) -> Tensor:
+        """Build the kernel input ``[x | z]`` (or ``x`` when z = x), validating shapes."""
+        if not torch.is_tensor(x):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
+        if self.covar_module.z_dims is None:
+            if z is not None:
+                raise ValueError("This model was built with z = x (no train_z); do not pass z.")
+            return self._check_x(x)
+        if z is None:
+            # already-joined inputs, e.g. model(*model.train_inputs) as BoTorch does
+            if torch.is_tensor(x) and x.dim() == 2 and x.size(-1) == self.covar_module.input_dims:
+                check_matrix("x", x)
+                return x
+            raise ValueError(
+                f"This model explains with separate features z (d = {self.num_features}); call model(x, z)."
+            )
+        x = self._check_x(x)
+        z = check_matrix("z", z, cols=self.num_features, cols_name=f"columns (the model's z has d = {self.num_features})")
+        if z.dtype != x.dtype:
+            raise TypeError(f"x and z must share one dtype, got {x.dtype} and {z.dtype}.")
+        check_same_rows(x=x, z=z)
+        return torch.cat([x, z], dim=-1)
+
+    # ----------------------------------------------------------------- GPyTorch API
+    def forward(self, inputs: Tensor) -> MultivariateNormal:
+        return MultivariateNormal(self.mean_module(inputs), self.covar_module(inputs))
+
+    def __call__(self, x: Tensor, z: Tensor | None = None, **kwargs) -> MultivariateNormal:
+        inputs = self._make_inputs(x, z)
+        if not self.training and self.prediction_strategy is None and self.train_inputs is not None:
+            self._build_prediction_strategy()
+        return super().__call__(inputs, **kwargs)
+
+    def _build_prediction_strategy(self) -> GPXPredictionStrategy:
+        if self.prediction_strategy is None:
+            train_inputs = list(self.train_inputs)
+            train_prior = self._get_train_prior_distribution(train_inputs)
+            self.prediction_strategy = GPXPredictionStrategy(
+                train_inputs=train_inputs,
+                train_prior_dist=train_prior,
+                train_labels=self.train_targets,
+                likelihood=self.likelihood,
+            )
+        return self.prediction_strategy
+
+    def _check_eval(self, what: str) -> None:
+        if self.training:
+            raise RuntimeError(f"{what} needs the model in eval mode: call model.eval() first.")
+        if self.train_inputs is None or self.train_targets is None:
+            raise RuntimeError(f"{what} needs training data; this model has none (see set_train_data).")
+
+    # ----------------------------------------------------------------- weights
+    def predict_weights(self, x: Tensor) -> MultitaskMultivariateNormal:
+        r"""Joint posterior of the local weights :math:`\mathbf w_*` at test inputs :math:`\mathbf x_*`.
+
+        :math:`\mathbf w_*` depends on :math:`\mathbf x_*` only (not on :math:`\mathbf z_*`). With
+        :math:`\boldsymbol\alpha = \mathbf C^{-1}\mathbf y` (GPyTorch's mean cache) and
+        :math:`\mathbf B_{i,(p,l)} = k(\mathbf x_p^*, \mathbf x_i) z_{il}`,
+
+        .. math::
+
+            \mathbb E[\mathbf w_*] = \mathbf B^\top \boldsymbol\alpha, \qquad
+            \operatorname{Cov}[\mathbf w_*] = (\mathbf K_{**} + \sigma_w^2 \mathbf I) \otimes \mathbf I_d
+            - \mathbf B^\top \mathbf C^{-1} \mathbf B .
+
+        The covariance is the true joint over points and features, interleaved (index
+        ``point * d + feature``), held lazily as a
+        :class:`~gpytorch_explain.operators.WeightPosteriorLinearOperator`: ``.variance`` and
+        ``.covariance_matrix.point_blocks()``-style per-point blocks cost :math:`O(mn^2d)` once
+        (exact, through a Cholesky factor of :math:`\mathbf C`), and ``.covariance_matrix`` is
+        exact. Under ``gpytorch.settings.fast_pred_var()`` the factor is replaced by GPyTorch's
+        LOVE root of :math:`\mathbf C^{-1}` (cost :math:`O(mnrd)` for rank :math:`r`, set by
+        ``gpytorch.settings.max_root_decomposition_size``).
+
+        :param x: Test inputs :math:`\mathbf x_*`, ``(m, D)``.
+        :return: ``MultitaskMultivariateNormal`` with mean ``(m, d)``.
+        """
+        self._check_eval("predict_weights")
+        x = self._check_x(x)
+        strategy = self._build_prediction_strategy()
+        train_x, train_z = self._train_xz()
+        detach = gsettings.detach_test_caches.on()
+        alpha = strategy.mean_cache
+        if detach:
+            train_x, train_z = train_x.detach(), train_z.detach()
+
+        base = self.covar_module.base_kernel
+        cross = base(x, train_x).to_dense()  # (m, n)
+        mean = cross @ (train_z * alpha.unsqueeze(-1))  # (m, d)
+        prior = base(x).add_diagonal(self.weight_noise.expand(x.size(0)))
+
+        if gsettings.fast_pred_var.on():
+            factor = strategy.covar_cache
+            factor = factor.to_dense() if hasattr(factor, "to_dense") else factor
+            factor_type = "root"
+        else:
+            factor = strategy.train_cholesky()
+            factor_type = "cholesky"
+        covar = WeightPosteriorLinearOperator(prior, cross, train_z, factor, factor_type=factor_type)
+        return MultitaskMultivariateNormal(mean, covar, interleaved=True)
+
+    def explain(self, x: Tensor, z: Tensor | None = None) -> GPXExplanation:
+        r"""Predictions with per-sample explanations at :math:`(\mathbf x_*, \mathbf z_*)`.
+
+        Returns a :class:`~gpytorch_explain.GPXExplanation` holding the predictive mean and std of
+        :math:`y_*`, the latent std of :math:`f_*`, the weight posterior (mean, std, per-point
+        :math:`d\times d` covariance) and the contributions
+        :math:`\boldsymbol\phi_* = \mathbf w_* \odot \mathbf z_*` (mean, std, covariance).
+        """
+        self._check_eval("explain")
+        if self.covar_module.z_dims is None:
+            if z is not None:
+                raise ValueError("This model was built with z = x (no train_z); do not pass z.")
+            x = self._check_x(x)
+            z = x
+        elif z is None:
+            raise ValueError(f"This model explains with separate features z (d = {self.num_features}); pass z.")
+        latent = self(x, z)
+        predictive = self.likelihood(latent)
+        weights = self.predict_weights(x)
+        blocks = weights.lazy_covariance_matrix.point_blocks()
+        return GPXExplanation(
+            x=x.detach(),
+            z=z.detach(),
+            prediction_mean=predictive.mean.detach(),
+            prediction_std=predictive.variance.clamp_min(0).sqrt().detach(),
+            latent_std=latent.variance.clamp_min(0).sqrt().detach(),
+            weights_mean=weights.mean.detach(),
+            weights_covariance=blocks.detach(),
+            feature_names=self.feature_names,
+        )
+
+    # ----------------------------------------------------------------- training
+    def fit(
+        self,
+        optimizer: str = "lbfgs",
+        max_iter: int | None = None,
+        lr: float | None = None,
+        tolerance: float = 1e-6,
+        max_cholesky_size: int | None = 5000,
+        progress: bool = False,
+    ) -> GPXModel:
+        r"""Maximise the log marginal likelihood :math:`\log\mathcal N(\mathbf y\mid\mathbf 0,\mathbf C)`.
+
+        :param optimizer: ``"lbfgs"`` (default; ``torch.optim.LBFGS`` with a strong-Wolfe line
+            search) or ``"adam"``.
+        :param max_iter: Iterations (default 100 for L-BFGS, 200 for Adam).
+        :param lr: Step size (default 1.0 for L-BFGS, 0.05 for Adam).
+        :param tolerance: L-BFGS stops when the loss or gradient changes less than this.
+        :param max_cholesky_size: L-BFGS needs a deterministic objective, so by default the
+            marginal likelihood is computed by Cholesky up to ``n = 5000`` rather than with
+            GPyTorch's stochastic estimators (``None`` keeps ``gpytorch.settings``' value).
+        :param progress: Show a tqdm progress bar.
+        :return: ``self``, in eval mode; ``self.fit_history`` holds the losses.
+        """
+        if self.train_inputs is None:
+            raise RuntimeError("fit needs training data; this model has none.")
+        optimizer = optimizer.lower()
+        if optimizer not in ("lbfgs", "adam"):
+            raise ValueError(f"optimizer must be 'lbfgs' or 'adam', got {optimizer!r}.")
+        if max_iter is None:
+            max_iter = 100 if optimizer == "lbfgs" else 200
+        if lr is None:
+            lr = 1.0 if optimizer == "lbfgs" else 0.05
+        self.train()
+        self.likelihood.train()
+        mll = gpytorch.mlls.ExactMarginalLogLikelihood(self.likelihood, self)
+        params = [p for p in self.parameters() if p.requires_grad]
+        inputs = self.train_inputs[0]
+        history: list[float] = []
+
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=max_iter, desc=f"GPX fit ({optimizer})", disable=not progress)
+        chol = max_cholesky_size if max_cholesky_size is not None else gsettings.max_cholesky_size.value()
+        chol = max(chol, gsettings.max_cholesky_size.value())
+
+        def loss_fn() -> Tensor:
+            with gsettings.max_cholesky_size(chol):
+                output = gpytorch.models.ExactGP.__call__(self, inputs)
+                return -mll(output, self.train_targets)
+
+        try:
+            if optimizer == "lbfgs":
+                opt = torch.optim.LBFGS(
+                    params,
+                    lr=lr,
+                    max_iter=max_iter,
+                    tolerance_grad=tolerance,
+                    tolerance_change=tolerance * 1e-3,
+                    history_size=20,
+                    line_search_fn="strong_wolfe",
+                )
+
+                def closure():
+                    opt.zero_grad()
+                    loss = loss_fn()
+                    loss.backward()
+                    history.append(loss.item())
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{history[-1]:.4f}")
+                    return loss
+
+                opt.step(closure)
+            else:
+                opt = torch.optim.Adam(params, lr=lr)
+                for _ in range(max_iter):
+                    opt.zero_grad()
+                    loss = loss_fn()
+                    loss.backward()
+                    opt.step()
+                    history.append(loss.item())
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{history[-1]:.4f}")
+        finally:
+            bar.close()
+        if history and not math.isfinite(history[-1]):
+            warnings.warn("GPX fit ended with a non-finite loss; check the data scaling.", RuntimeWarning)
+        self.fit_history = history
+        self.eval()
+        return self

@@ -1,0 +1,4 @@
+from .low_rank_hadamard_linear_operator import LowRankHadamardLinearOperator
+from .weight_posterior_linear_operator import WeightPosteriorLinearOperator
+
+__all__ = ["LowRankHadamardLinearOperator", "WeightPosteriorLinearOperator"]

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+r"""Lazy joint posterior covariance of GPX local weights."""
+
+from __future__ import annotations
+
+import torch
+from linear_operator.operators import LinearOperator, to_linear_operator
+from linear_operator.utils.memoize import cached
+from torch import Tensor
+
+__all__ = ["WeightPosteriorLinearOperator"]
+
+#: number of scalars processed per chunk when forming the reduction term
+_CHUNK_ELEMENTS = 2**24
+
+
+class WeightPosteriorLinearOperator(LinearOperator):
+    r"""Joint posterior covariance of the local weights :math:`\mathbf w_*` at :math:`m` points.
+
+    With :math:`d` explanation features, points are interleaved with features (row
+    ``p * d + l`` is feature :math:`l` of point :math:`p`) and
+
+    .. math::
+
+        \operatorname{Cov}[\mathbf w_*] = (\mathbf K_{**} + \sigma_w^2 \mathbf I_m) \otimes \mathbf I_d
+        - \mathbf B^\top \mathbf C^{-1} \mathbf B,
+        \qquad
+        \mathbf B_{i,(p,l)} = k(\mathbf x_p^*, \mathbf x_i)\, z_{il},
+
+    where :math:`\mathbf C = \sigma_y^2 \mathbf I + (\mathbf K + \sigma_w^2 \mathbf I) \odot \mathbf Z\mathbf Z^\top`
+    is the training covariance. :math:`\mathbf C^{-1}` enters through a factor: either its
+    Cholesky factor :math:`\mathbf L` (exact; :math:`\mathbf C^{-1} = \mathbf L^{-\top}\mathbf L^{-1}`)
+    or a root :math:`\mathbf R` with :math:`\mathbf C^{-1} \approx \mathbf R \mathbf R^\top`
+    (a LOVE-style cache of rank :math:`r`).
+
+    Nothing of size :math:`md \times md` is formed unless :meth:`to_dense` is called. A product
+    with an :math:`md \times t` matrix costs :math:`O(mndt)` plus one solve; the per-point
+    :math:`d \times d` blocks (:meth:`point_blocks`) and hence the diagonal cost
+    :math:`O(m n^2 d)` with a Cholesky factor and :math:`O(m n r d)` with a root, computed once
+    in bounded-memory chunks and cached.
+
+    :param prior_covar: :math:`\mathbf K_{**} + \sigma_w^2 \mathbf I`, shape ``(m, m)``.
+    :param cross_covar: :math:`\mathbf K_{*X}`, shape ``(m, n)``.
+    :param train_z: :math:`\mathbf Z`, shape ``(n, d)``.
+    :param factor: :math:`\mathbf L` (``(n, n)`` lower-triangular) or :math:`\mathbf R` (``(n, r)``).
+    :param factor_type: ``"cholesky"`` or ``"root"``.
+    """
+
+    def __init__(
+        self,
+        prior_covar: LinearOperator | Tensor,
+        cross_covar: Tensor,
+        train_z: Tensor,
+        factor: Tensor,
+        factor_type: str = "cholesky",
+    ):
+        if factor_type not in ("cholesky", "root"):
+            raise ValueError(f"factor_type must be 'cholesky' or 'root', got {factor_type!r}.")
+        prior_covar = to_linear_operator(prior_covar)
+        m, n = cross_covar.shape[-2:]
+        if prior_covar.shape[-2:] != torch.Size((m, m)) or train_z.size(-2) != n or factor.size(-2) != n:
+            raise ValueError(
+                "Inconsistent shapes: prior {}, cross {}, train_z {}, factor {}.".format(
+                    tuple(prior_covar.shape), tuple(cross_covar.shape), tuple(train_z.shape), tuple(factor.shape)
+                )
+            )
+        super().__init__(prior_covar, cross_covar, train_z, factor, factor_type=factor_type)
+        self.prior_covar = prior_covar
+        self.cross_covar = cross_covar
+        self.train_z = train_z
+        self.factor = factor
+        self.factor_type = factor_type
+
+    @property
+    def num_points(self) -> int:
+        return self.cross_covar.size(-2)
+
+    @property
+    def num_features(self) -> int:
+        return self.train_z.size(-1)
+
+    def _size(self) -> torch.Size:
+        md = self.num_points * self.num_features
+        return torch.Size((*self.cross_covar.shape[:-2], md, md))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.cross_covar.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.cross_covar.device
+
+    def _transpose_nonbatch(self) -> LinearOperator:
+        return self
+
+    # ------------------------------------------------------------------ helpers
+    def _apply_inverse(self, rhs: Tensor) -> Tensor:
+        r""":math:`\mathbf C^{-1}` (or its root approximation) times ``rhs`` (``(n, t)``)."""
+        if self.factor_type == "cholesky":
+            return torch.cholesky_solve(rhs, self.factor, upper=False)
+        return self.factor @ (self.factor.mT @ rhs)
+
+    def _factor_times_b(self, points: slice) -> Tensor:
+        r"""Rows of :math:`\mathbf F^\top \mathbf B` for a range of points, shape ``(r, |P|, d)``.
+
+        :math:`\mathbf F = \mathbf L^{-\top}` (so :math:`\mathbf F^\top\mathbf B = \mathbf L^{-1}\mathbf B`) or
+        :math:`\mathbf F = \mathbf R`.
+        """
+        cross = self.cross_covar[..., points, :]  # (P, n)
+        num_p = cross.size(-2)
+        n, d = self.train_z.shape[-2:]
+        if self.factor_type == "cholesky":
+            b = cross.mT.unsqueeze(-1) * self.train_z.unsqueeze(-2)  # (n, P, d)
+            v = torch.linalg.solve_triangular(self.factor, b.reshape(*b.shape[:-3], n, num_p * d), upper=False)
+            return v.reshape(*v.shape[:-1], num_p, d)
+        r = self.factor.size(-1)
+        rz = (self.factor.unsqueeze(-1) * self.train_z.unsqueeze(-2)).reshape(*self.factor.shape[:-2], n, r * d)
+        w = cross @ rz  # (P, r*d)
+        return w.reshape(*w.shape[:-1], r, d).transpose(-3, -2)  # (r, P, d)
+
+    def _chunks(self):
+        n = self.train_z.size(-2)
+        r = n if self.factor_type == "cholesky" else self.factor.size(-1)
+        per_point = max(r, n) * self.num_features
+        step = max(1, _CHUNK_ELEMENTS // max(per_point, 1))
+        for start in range(0, self.num_points, step):
+            yield slice(start, min(start + step, self.num_points))
+
+    # ------------------------------------------------------------------ blocks
+    @cached(name="reduction_blocks")
+    def _reduction_blocks(self) -> Tensor:
+        blocks = []
+        for points in self._chunks():
+            v = self._factor_times_b(points)  # (r, P, d)
+            blocks.append(torch.einsum("...rpi,...rpj->...pij", v, v))
+        return torch.cat(blocks, dim=-3)
+
+    def point_blocks(self) -> Tensor:
+        r"""The per-point :math:`d \times d` posterior covariance blocks, shape ``(m, d, d)``."""
+        prior_diag = self.prior_covar._diagonal()  # (m,)
+        eye = torch.eye(self.num_features, dtype=self.dtype, device=self.device)
+        return prior_diag[..., None, None] * eye - self._reduction_blocks()
+
+    def _diagonal(self) -> Tensor:
+        return self.point_blocks().diagonal(dim1=-2, dim2=-1).reshape(*self.batch_shape, -1)
+
+    # ------------------------------------------------------------------ products
+    def _matmul(self, rhs: Tensor) -> Tensor:
+        is_vector = rhs.dim() == 1
+        if is_vector:
+            rhs = rhs.unsqueeze(-1)
+        m, d, t = self.num_points, self.num_features, rhs.size(-1)
+        r3 = rhs.reshape(*rhs.shape[:-2], m, d, t)
+        prior = self.prior_covar._matmul(r3.reshape(*rhs.shape[:-2], m, d * t)).reshape(*rhs.shape[:-2], m, d, t)
+        # B rhs : (n, t)
+        u = self.cross_covar.mT @ r3.reshape(*rhs.shape[:-2], m, d * t)
+        u = u.reshape(*u.shape[:-1], d, t)
+        s = (u * self.train_z.unsqueeze(-1)).sum(-2)
+        s = self._apply_inverse(s)
+        n = s.size(-2)
+        back = self.cross_covar @ (self.train_z.unsqueeze(-1) * s.unsqueeze(-2)).reshape(*s.shape[:-2], n, d * t)
+        res = (prior - back.reshape(*back.shape[:-1], d, t)).reshape(*rhs.shape[:-2], m * d, t)
+        return res.squeeze(-1) if is_vector else res
+
+    @cached
+    def to_dense(self) -> Tensor:
+        m, d = self.num_points, self.num_features
+        eye = torch.eye(d, dtype=self.dtype, device=self.device)
+        prior = torch.kron(self.prior_covar.to_dense(), eye)
+        vs = [self._factor_times_b(points) for points in self._chunks()]
+        v = torch.cat(vs, dim=-2)  # (r, m, d)
+        v = v.reshape(*v.shape[:-2], m * d)
+        return prior - v.mT @ v
