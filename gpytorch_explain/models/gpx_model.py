@@ -16,8 +16,11 @@ from gpytorch.likelihoods import GaussianLikelihood, Likelihood
 from gpytorch.means import ZeroMean
 from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
 from gpytorch.utils.memoize import cached
+from linear_operator import to_dense
+from linear_operator.operators import MatmulLinearOperator, to_linear_operator
 from torch import Tensor
 
+from .. import settings as explain_settings
 from ..explanation import GPXExplanation
 from ..kernels import GPXKernel
 from ..operators import WeightPosteriorLinearOperator
@@ -27,28 +30,31 @@ __all__ = ["GPXModel", "GPXPredictionStrategy"]
 
 
 def _solve_tolerance(dtype: torch.dtype) -> float:
-    # CG residual tolerance for derived quantities (mean cache / weights); GPyTorch's default
-    # eval tolerance (1e-2) leaves errors of a few percent in α, which GPX weights inherit.
-    return 1e-4 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-8
+    tol = explain_settings.solve_tolerance.value()
+    if tol is None:
+        tol = 1e-4 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-8
+    return min(tol, gsettings.eval_cg_tolerance.value())
+
+
+def _dense_limit() -> int:
+    return max(gsettings.max_cholesky_size.value(), explain_settings.max_cholesky_size.value())
 
 
 class GPXPredictionStrategy(DefaultPredictionStrategy):
-    r"""GPyTorch's exact prediction strategy, with the mean cache :math:`\boldsymbol\alpha =
-    \mathbf C^{-1}\mathbf y` solved accurately and a Cholesky factor of :math:`\mathbf C` kept for
-    the weight posterior.
+    r"""GPyTorch's exact prediction strategy with accurate solves for GPX's derived quantities.
 
-    When CG is used (:math:`n >` ``max_cholesky_size``), the mean cache is solved to a relative
-    residual of ``min(eval_cg_tolerance, 1e-8)`` in float64 (``1e-4`` in float32), since the
-    local weights :math:`\mathbb E[\mathbf w_*] = \mathbf B^\top\boldsymbol\alpha` amplify solve
-    errors that are harmless for the predictive mean.
+    * Up to ``n = max(gpytorch.settings.max_cholesky_size, gpytorch_explain.settings.max_cholesky_size)``
+      one Cholesky factor :math:`\mathbf L` of :math:`\mathbf C` serves the mean cache
+      :math:`\boldsymbol\alpha = \mathbf C^{-1}\mathbf y`, the latent predictive covariance and the
+      weight posterior, so that :math:`\mathbb E[f_*] = \mathbf z_*^\top\mathbb E[\mathbf w_*]` and
+      :math:`\operatorname{Var}[f_*] = \mathbf z_*^\top\operatorname{Cov}[\mathbf w_*]\mathbf z_*` hold to round-off.
+    * Above it, GPyTorch's CG is used with the tolerance of
+      :class:`gpytorch_explain.settings.solve_tolerance`.
     """
 
-    @cached(name="mean_cache")
-    def _mean_cache(self, nan_policy: str) -> Tensor:
-        tol = min(gsettings.eval_cg_tolerance.value(), _solve_tolerance(self.train_labels.dtype))
-        max_iter = max(gsettings.max_cg_iterations.value(), 2 * self.num_train)
-        with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(max_iter):
-            return super()._mean_cache(nan_policy)
+    @property
+    def uses_cholesky(self) -> bool:
+        return self.num_train <= _dense_limit()
 
     @cached(name="train_cholesky")
     def train_cholesky(self) -> Tensor:
@@ -56,7 +62,29 @@ class GPXPredictionStrategy(DefaultPredictionStrategy):
         covar = self.lik_train_train_covar
         if gsettings.detach_test_caches.on():
             covar = covar.detach()
-        return covar.cholesky().to_dense()
+        with gsettings.max_cholesky_size(max(self.num_train, gsettings.max_cholesky_size.value())):
+            return covar.cholesky().to_dense()
+
+    @cached(name="mean_cache")
+    def _mean_cache(self, nan_policy: str) -> Tensor:
+        if nan_policy == "ignore" and self.uses_cholesky:
+            mvn = self.likelihood(self.train_prior_dist, self.train_inputs)
+            offset = (self.train_labels - mvn.loc).unsqueeze(-1)
+            res = torch.cholesky_solve(offset, self.train_cholesky(), upper=False).squeeze(-1)
+            return res.detach() if gsettings.detach_test_caches.on() else res
+        tol = _solve_tolerance(self.train_labels.dtype)
+        max_iter = max(gsettings.max_cg_iterations.value(), 2 * self.num_train)
+        with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(max_iter):
+            return super()._mean_cache(nan_policy)
+
+    def exact_predictive_covar(self, test_test_covar, test_train_covar):
+        if gsettings.fast_pred_var.on() or gsettings.skip_posterior_variances.on() or not self.uses_cholesky:
+            return super().exact_predictive_covar(test_test_covar, test_train_covar)
+        root = torch.linalg.solve_triangular(self.train_cholesky(), to_dense(test_train_covar).mT, upper=False)
+        correction = MatmulLinearOperator(root.mT, root.mul(-1))
+        if torch.is_tensor(test_test_covar):
+            return to_linear_operator(test_test_covar) + correction
+        return test_test_covar + correction
 
 
 class GPXModel(gpytorch.models.ExactGP):
@@ -69,7 +97,8 @@ class GPXModel(gpytorch.models.ExactGP):
         y_i = \mathbf w_i^\top \mathbf z_i + \epsilon_y, \qquad
         \mathbf w_i = \mathbf g(\mathbf x_i) + \boldsymbol\epsilon_w, \qquad
         g_l \sim \mathcal{GP}(0, k), \quad
-        \epsilon_y \sim \mathcal N(0, \sigma_y^2), \ \boldsymbol\epsilon_w \sim \mathcal N(\mathbf 0, \sigma_w^2\mathbf I_d),
+        \epsilon_y \sim \mathcal N(0, \sigma_y^2), \
+        \boldsymbol\epsilon_w \sim \mathcal N(\mathbf 0, \sigma_w^2\mathbf I_d),
 
     so that :math:`\mathbf y \sim \mathcal N(\mathbf 0, \mathbf C)` with
     :math:`\mathbf C = \sigma_y^2 \mathbf I + (\mathbf K + \sigma_w^2 \mathbf I) \odot \mathbf Z \mathbf Z^\top`.
@@ -125,9 +154,7 @@ class GPXModel(gpytorch.models.ExactGP):
             likelihood = GaussianLikelihood()
             likelihood.noise = 0.01
         elif not isinstance(likelihood, GaussianLikelihood):
-            raise TypeError(
-                f"GPXModel needs a GaussianLikelihood (exact inference), got {type(likelihood).__name__}."
-            )
+            raise TypeError(f"GPXModel needs a GaussianLikelihood (exact inference), got {type(likelihood).__name__}.")
         likelihood = likelihood.to(dtype=train_x.dtype, device=train_x.device)
 
         x_dims = train_x.size(-1)
@@ -212,7 +239,8 @@ class GPXModel(gpytorch.models.ExactGP):
                 f"This model explains with separate features z (d = {self.num_features}); call model(x, z)."
             )
         x = self._check_x(x)
-        z = check_matrix("z", z, cols=self.num_features, cols_name=f"columns (the model's z has d = {self.num_features})")
+        z_cols = f"columns (the model's z has d = {self.num_features})"
+        z = check_matrix("z", z, cols=self.num_features, cols_name=z_cols)
         if z.dtype != x.dtype:
             raise TypeError(f"x and z must share one dtype, got {x.dtype} and {z.dtype}.")
         check_same_rows(x=x, z=z)
@@ -286,11 +314,12 @@ class GPXModel(gpytorch.models.ExactGP):
         mean = cross @ (train_z * alpha.unsqueeze(-1))  # (m, d)
         prior = base(x).add_diagonal(self.weight_noise.expand(x.size(0)))
 
-        if gsettings.fast_pred_var.on():
-            factor = strategy.covar_cache
-            factor = factor.to_dense() if hasattr(factor, "to_dense") else factor
+        if gsettings.fast_pred_var.on() and strategy.num_train > gsettings.max_cholesky_size.value():
+            # LOVE: GPyTorch's low-rank root R of C^{-1} (rank: max_root_decomposition_size)
+            factor = to_dense(strategy.covar_cache)
             factor_type = "root"
         else:
+            # exact (also what LOVE reduces to when GPyTorch would factorise C by Cholesky)
             factor = strategy.train_cholesky()
             factor_type = "cholesky"
         covar = WeightPosteriorLinearOperator(prior, cross, train_z, factor, factor_type=factor_type)
@@ -312,7 +341,7 @@ class GPXModel(gpytorch.models.ExactGP):
             z = x
         elif z is None:
             raise ValueError(f"This model explains with separate features z (d = {self.num_features}); pass z.")
-        latent = self(x, z)
+        latent = self(x, None if self.covar_module.z_dims is None else z)
         predictive = self.likelihood(latent)
         weights = self.predict_weights(x)
         blocks = weights.lazy_covariance_matrix.point_blocks()
@@ -333,20 +362,21 @@ class GPXModel(gpytorch.models.ExactGP):
         optimizer: str = "lbfgs",
         max_iter: int | None = None,
         lr: float | None = None,
-        tolerance: float = 1e-6,
-        max_cholesky_size: int | None = 5000,
+        tolerance: float = 1e-5,
         progress: bool = False,
     ) -> GPXModel:
         r"""Maximise the log marginal likelihood :math:`\log\mathcal N(\mathbf y\mid\mathbf 0,\mathbf C)`.
+
+        The marginal likelihood is computed through a Cholesky factor up to
+        ``n = max(gpytorch.settings.max_cholesky_size, gpytorch_explain.settings.max_cholesky_size)``
+        (L-BFGS needs a deterministic objective) and with GPyTorch's CG/Lanczos estimators above.
 
         :param optimizer: ``"lbfgs"`` (default; ``torch.optim.LBFGS`` with a strong-Wolfe line
             search) or ``"adam"``.
         :param max_iter: Iterations (default 100 for L-BFGS, 200 for Adam).
         :param lr: Step size (default 1.0 for L-BFGS, 0.05 for Adam).
-        :param tolerance: L-BFGS stops when the loss or gradient changes less than this.
-        :param max_cholesky_size: L-BFGS needs a deterministic objective, so by default the
-            marginal likelihood is computed by Cholesky up to ``n = 5000`` rather than with
-            GPyTorch's stochastic estimators (``None`` keeps ``gpytorch.settings``' value).
+        :param tolerance: L-BFGS stops when the gradient, the step or the change of the loss (the
+            negative log marginal likelihood per sample) falls below this.
         :param progress: Show a tqdm progress bar.
         :return: ``self``, in eval mode; ``self.fit_history`` holds the losses.
         """
@@ -369,8 +399,7 @@ class GPXModel(gpytorch.models.ExactGP):
         from tqdm.auto import tqdm
 
         bar = tqdm(total=max_iter, desc=f"GPX fit ({optimizer})", disable=not progress)
-        chol = max_cholesky_size if max_cholesky_size is not None else gsettings.max_cholesky_size.value()
-        chol = max(chol, gsettings.max_cholesky_size.value())
+        chol = _dense_limit()
 
         def loss_fn() -> Tensor:
             with gsettings.max_cholesky_size(chol):
@@ -384,7 +413,7 @@ class GPXModel(gpytorch.models.ExactGP):
                     lr=lr,
                     max_iter=max_iter,
                     tolerance_grad=tolerance,
-                    tolerance_change=tolerance * 1e-3,
+                    tolerance_change=tolerance,
                     history_size=20,
                     line_search_fn="strong_wolfe",
                 )
@@ -412,7 +441,7 @@ class GPXModel(gpytorch.models.ExactGP):
         finally:
             bar.close()
         if history and not math.isfinite(history[-1]):
-            warnings.warn("GPX fit ended with a non-finite loss; check the data scaling.", RuntimeWarning)
+            warnings.warn("GPX fit ended with a non-finite loss; check the data scaling.", RuntimeWarning, stacklevel=2)
         self.fit_history = history
         self.eval()
         return self

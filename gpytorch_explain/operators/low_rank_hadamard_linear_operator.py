@@ -59,25 +59,24 @@ class LowRankHadamardLinearOperator(LinearOperator):
 
     def _check_args(self, base_linear_op, left_factor, right_factor=None):
         if not isinstance(base_linear_op, LinearOperator):
-            return "base_linear_op must be a LinearOperator or Tensor, got {}.".format(type(base_linear_op).__name__)
+            return f"base_linear_op must be a LinearOperator or Tensor, got {type(base_linear_op).__name__}."
         if not torch.is_tensor(left_factor) or (right_factor is not None and not torch.is_tensor(right_factor)):
             return "left_factor and right_factor must be Tensors."
         if right_factor is None:
             right_factor = left_factor
         if left_factor.dim() < 2 or right_factor.dim() < 2:
-            return "The factors must be at least 2-D (… x n x d); got shapes {} and {}.".format(
-                tuple(left_factor.shape), tuple(right_factor.shape)
-            )
+            shapes = f"{tuple(left_factor.shape)} and {tuple(right_factor.shape)}"
+            return f"The factors must be at least 2-D (... x n x d); got shapes {shapes}."
         if left_factor.size(-1) != right_factor.size(-1):
-            return "The factors must have the same number of columns d; got {} and {}.".format(
-                left_factor.size(-1), right_factor.size(-1)
-            )
+            cols = f"{left_factor.size(-1)} and {right_factor.size(-1)}"
+            return f"The factors must have the same number of columns d; got {cols}."
         if left_factor.size(-2) != base_linear_op.size(-2) or right_factor.size(-2) != base_linear_op.size(-1):
-            return "Factor rows ({}, {}) do not match the base operator's shape {}.".format(
-                left_factor.size(-2), right_factor.size(-2), tuple(base_linear_op.shape)
-            )
+            rows = f"({left_factor.size(-2)}, {right_factor.size(-2)})"
+            return f"Factor rows {rows} do not match the base operator's shape {tuple(base_linear_op.shape)}."
 
-    def __init__(self, base_linear_op: LinearOperator | Tensor, left_factor: Tensor, right_factor: Tensor | None = None):
+    def __init__(
+        self, base_linear_op: LinearOperator | Tensor, left_factor: Tensor, right_factor: Tensor | None = None
+    ):
         base_linear_op = to_linear_operator(base_linear_op)
         if right_factor is None:
             right_factor = left_factor

@@ -60,9 +60,8 @@ class WeightPosteriorLinearOperator(LinearOperator):
         m, n = cross_covar.shape[-2:]
         if prior_covar.shape[-2:] != torch.Size((m, m)) or train_z.size(-2) != n or factor.size(-2) != n:
             raise ValueError(
-                "Inconsistent shapes: prior {}, cross {}, train_z {}, factor {}.".format(
-                    tuple(prior_covar.shape), tuple(cross_covar.shape), tuple(train_z.shape), tuple(factor.shape)
-                )
+                f"Inconsistent shapes: prior {tuple(prior_covar.shape)}, cross {tuple(cross_covar.shape)}, "
+                f"train_z {tuple(train_z.shape)}, factor {tuple(factor.shape)}."
             )
         super().__init__(prior_covar, cross_covar, train_z, factor, factor_type=factor_type)
         self.prior_covar = prior_covar

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Settings of gpytorch-explain, used like ``gpytorch.settings`` (as context managers).
+
+Example:
+    >>> import gpytorch_explain
+    >>> with gpytorch_explain.settings.max_cholesky_size(0):
+    ...     gpytorch_explain.settings.max_cholesky_size.value()
+    0
+"""
+
+from __future__ import annotations
+
+__all__ = ["max_cholesky_size", "solve_tolerance"]
+
+
+class _setting:
+    """A global value that a ``with`` block can change temporarily."""
+
+    _global_value = None
+
+    @classmethod
+    def value(cls):
+        return cls._global_value
+
+    def __init__(self, value):
+        self._value = value
+        self._previous = None
+
+    def __enter__(self):
+        self._previous = type(self)._global_value
+        type(self)._global_value = self._value
+        return self
+
+    def __exit__(self, *exc):
+        type(self)._global_value = self._previous
+        return False
+
+
+class max_cholesky_size(_setting):
+    r"""Largest :math:`n` for which GPX factorises :math:`\mathbf C` densely (default 5000).
+
+    Derived quantities (the mean cache :math:`\mathbf C^{-1}\mathbf y`, the latent predictive
+    covariance and the weight posterior) are exact through one Cholesky factor of the
+    :math:`n \times n` matrix :math:`\mathbf C` when :math:`n` is at most
+    ``max(gpytorch.settings.max_cholesky_size, this)``; the weight covariance needs
+    :math:`md` right-hand sides, for which a direct factorisation beats CG by far. Above that
+    size GPyTorch's iterative solvers (CG, Lanczos/LOVE) are used. :meth:`GPXModel.fit` uses the
+    same threshold, since L-BFGS needs a deterministic objective.
+    """
+
+    _global_value = 5000
+
+
+class solve_tolerance(_setting):
+    r"""Relative CG residual for GPX's derived solves when CG is used (default ``None``: 1e-8
+    in float64, 1e-4 in float32; never looser than ``gpytorch.settings.eval_cg_tolerance``).
+
+    The local weights :math:`\mathbb E[\mathbf w_*] = \mathbf B^\top\mathbf C^{-1}\mathbf y` inherit
+    solve errors that are harmless for the predictive mean: GPyTorch's default evaluation
+    tolerance (1e-2) left errors of a few percent in them.
+    """
+
+    _global_value = None
