@@ -1,5 +1,7 @@
 """gpytorch-explain: Gaussian-process models that explain themselves, with calibrated uncertainty."""
 
+from . import settings
+from .errors import ModelStateError
 from .explanation import GPXExplanation
 from .kernels import GPXKernel
 from .models import GPXModel, GPXPredictionStrategy
@@ -10,10 +12,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GPXExplanation",
+    "ModelStateError",
     "GPXKernel",
     "GPXModel",
     "GPXPredictionStrategy",
     "LowRankHadamardLinearOperator",
     "WeightPosteriorLinearOperator",
     "median_heuristic_lengthscale",
+    "settings",
 ]

@@ -178,7 +178,8 @@ class GPXKernel(Kernel):
         xx2, z2 = (xx1, z1) if same else self.split_inputs(x2)
         if diag:
             base_diag = self.base_kernel(xx1, xx2, diag=True, **params)
-            return base_diag * (z1 * z2).sum(-1) + self.weight_noise * (z1 * z1).sum(-1)
+            res = base_diag * (z1 * z2).sum(-1)
+            return res + self.weight_noise * (z1 * z1).sum(-1) if same else res
         base = to_linear_operator(self.base_kernel(xx1, xx2, **params))
         res = LowRankHadamardLinearOperator(base, z1, z2)
         if same:

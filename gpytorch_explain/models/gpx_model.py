@@ -21,6 +21,7 @@ from linear_operator.operators import MatmulLinearOperator, to_linear_operator
 from torch import Tensor
 
 from .. import settings as explain_settings
+from ..errors import ModelStateError
 from ..explanation import GPXExplanation
 from ..kernels import GPXKernel
 from ..operators import WeightPosteriorLinearOperator
@@ -147,6 +148,8 @@ class GPXModel(gpytorch.models.ExactGP):
         if train_z is not None:
             train_z = check_matrix("train_z", train_z)
         check_same_rows(train_x=train_x, train_y=train_y, train_z=train_z)
+        if train_x.size(0) == 0:
+            raise ValueError("GPXModel needs at least one training sample; train_x has 0 rows.")
         dtypes = {t.dtype for t in (train_x, train_y, train_z) if t is not None}
         if len(dtypes) > 1:
             raise TypeError(f"train_x, train_y and train_z must share one dtype, got {sorted(map(str, dtypes))}.")
@@ -176,6 +179,8 @@ class GPXModel(gpytorch.models.ExactGP):
 
         num_features = x_dims if z_dims is None else z_dims
         if feature_names is not None:
+            if isinstance(feature_names, str):
+                raise TypeError("feature_names must be a sequence of names, not a single string.")
             feature_names = [str(f) for f in feature_names]
             if len(feature_names) != num_features:
                 raise ValueError(f"feature_names has {len(feature_names)} names but there are {num_features} features.")
@@ -209,7 +214,7 @@ class GPXModel(gpytorch.models.ExactGP):
 
     def _train_xz(self) -> tuple[Tensor, Tensor]:
         if self.train_inputs is None:
-            raise RuntimeError("This GPXModel has no training data; call set_train_data first.")
+            raise ModelStateError("This GPXModel has no training data; call set_train_data first.")
         return self.covar_module.split_inputs(self.train_inputs[0])
 
     # ----------------------------------------------------------------- inputs
@@ -232,8 +237,10 @@ class GPXModel(gpytorch.models.ExactGP):
             return self._check_x(x)
         if z is None:
             # already-joined inputs, e.g. model(*model.train_inputs) as BoTorch does
-            if torch.is_tensor(x) and x.dim() == 2 and x.size(-1) == self.covar_module.input_dims:
+            if x.dim() == 2 and x.size(-1) == self.covar_module.input_dims:
                 check_matrix("x", x)
+                if x.dtype != self._param_dtype():
+                    raise TypeError(f"x has dtype {x.dtype} but the model is {self._param_dtype()}.")
                 return x
             raise ValueError(
                 f"This model explains with separate features z (d = {self.num_features}); call model(x, z)."
@@ -269,10 +276,10 @@ class GPXModel(gpytorch.models.ExactGP):
         return self.prediction_strategy
 
     def _check_eval(self, what: str) -> None:
-        if self.training:
-            raise RuntimeError(f"{what} needs the model in eval mode: call model.eval() first.")
         if self.train_inputs is None or self.train_targets is None:
-            raise RuntimeError(f"{what} needs training data; this model has none (see set_train_data).")
+            raise ModelStateError(f"{what} needs training data; this model has none (see set_train_data).")
+        if self.training:
+            raise ModelStateError(f"{what} needs the model in eval mode: call model.eval() first.")
 
     # ----------------------------------------------------------------- weights
     def predict_weights(self, x: Tensor) -> MultitaskMultivariateNormal:
@@ -381,7 +388,7 @@ class GPXModel(gpytorch.models.ExactGP):
         :return: ``self``, in eval mode; ``self.fit_history`` holds the losses.
         """
         if self.train_inputs is None:
-            raise RuntimeError("fit needs training data; this model has none.")
+            raise ModelStateError("fit needs training data; this model has none.")
         optimizer = optimizer.lower()
         if optimizer not in ("lbfgs", "adam"):
             raise ValueError(f"optimizer must be 'lbfgs' or 'adam', got {optimizer!r}.")

@@ -132,6 +132,17 @@ class LowRankHadamardLinearOperator(LinearOperator):
             self.right_factor.permute(*dims, nb, nb + 1),
         )
 
+    def _evaluated_base(self) -> LinearOperator:
+        """The base with any lazily evaluated kernel computed (cached by GPyTorch).
+
+        Kept lazy at construction so that GPyTorch's train/test slicing evaluates only the
+        blocks it needs; products and entry reads need the kernel's own operator.
+        """
+        base = self.base_linear_op
+        if _is_lazy_kernel(base):
+            base = base.evaluate_kernel()
+        return base
+
     # --------------------------------------------------------------- indexing
     def _getitem(self, row_index, col_index, *batch_indices) -> LinearOperator:
         if _is_noop(row_index) and _is_noop(col_index) and not len(batch_indices):
@@ -142,7 +153,7 @@ class LowRankHadamardLinearOperator(LinearOperator):
         return self.__class__(base, left, right)
 
     def _get_indices(self, row_index, col_index, *batch_indices) -> Tensor:
-        base_vals = self.base_linear_op._get_indices(row_index, col_index, *batch_indices)
+        base_vals = self._evaluated_base()._get_indices(row_index, col_index, *batch_indices)
         left = self.left_factor[(*batch_indices, row_index)]
         right = self.right_factor[(*batch_indices, col_index)]
         return base_vals * (left * right).sum(-1)
@@ -157,7 +168,7 @@ class LowRankHadamardLinearOperator(LinearOperator):
         # (..., N, d, t): column (l, j) is z_{2,l} * v_j
         scaled = self.right_factor.unsqueeze(-1) * rhs.unsqueeze(-2)
         scaled = scaled.reshape(*scaled.shape[:-2], d * num_cols)
-        res = self.base_linear_op._matmul(scaled)
+        res = self._evaluated_base()._matmul(scaled)
         res = res.reshape(*res.shape[:-1], d, num_cols)
         res = (res * self.left_factor.unsqueeze(-1)).sum(-2)
         if is_vector:
@@ -178,15 +189,16 @@ class LowRankHadamardLinearOperator(LinearOperator):
         right_exp = (self.right_factor.unsqueeze(-1) * right_vecs.unsqueeze(-2)).reshape(
             *torch.broadcast_shapes(self.right_factor.shape[:-2], right_vecs.shape[:-2]), right_vecs.size(-2), d * t
         )
-        base_grads = tuple(self.base_linear_op._bilinear_derivative(left_exp, right_exp))
+        base = self._evaluated_base()
+        base_grads = tuple(base._bilinear_derivative(left_exp, right_exp))
 
         left_grad = right_grad = None
         if self.left_factor.requires_grad:
-            k_right = self.base_linear_op._matmul(right_exp).reshape(*left_exp.shape[:-1], d, t)
+            k_right = base._matmul(right_exp).reshape(*left_exp.shape[:-1], d, t)
             left_grad = (k_right * left_vecs.unsqueeze(-2)).sum(-1)
             left_grad = _sum_to_shape(left_grad, self.left_factor.shape)
         if self.right_factor.requires_grad:
-            kt_left = self.base_linear_op._t_matmul(left_exp).reshape(*right_exp.shape[:-1], d, t)
+            kt_left = base._t_matmul(left_exp).reshape(*right_exp.shape[:-1], d, t)
             right_grad = (kt_left * right_vecs.unsqueeze(-2)).sum(-1)
             right_grad = _sum_to_shape(right_grad, self.right_factor.shape)
         return (*base_grads, left_grad, right_grad)
@@ -200,6 +212,14 @@ class LowRankHadamardLinearOperator(LinearOperator):
 
     def _mul_constant(self, other: Tensor | float) -> LinearOperator:
         return self.__class__(self.base_linear_op._mul_constant(other), self.left_factor, self.right_factor)
+
+
+def _is_lazy_kernel(op: LinearOperator) -> bool:
+    try:
+        from gpytorch.lazy import LazyEvaluatedKernelTensor
+    except ImportError:  # pragma: no cover - gpytorch is a dependency
+        return False
+    return isinstance(op, LazyEvaluatedKernelTensor)
 
 
 def _sum_to_shape(tensor: Tensor, shape: torch.Size) -> Tensor:

@@ -129,7 +129,8 @@ class WeightPosteriorLinearOperator(LinearOperator):
     # ------------------------------------------------------------------ blocks
     @cached(name="reduction_blocks")
     def _reduction_blocks(self) -> Tensor:
-        blocks = []
+        d = self.num_features
+        blocks = [torch.zeros(*self.batch_shape, 0, d, d, dtype=self.dtype, device=self.device)]
         for points in self._chunks():
             v = self._factor_times_b(points)  # (r, P, d)
             blocks.append(torch.einsum("...rpi,...rpj->...pij", v, v))
@@ -167,6 +168,8 @@ class WeightPosteriorLinearOperator(LinearOperator):
         m, d = self.num_points, self.num_features
         eye = torch.eye(d, dtype=self.dtype, device=self.device)
         prior = torch.kron(self.prior_covar.to_dense(), eye)
+        if m == 0:
+            return prior
         vs = [self._factor_times_b(points) for points in self._chunks()]
         v = torch.cat(vs, dim=-2)  # (r, m, d)
         v = v.reshape(*v.shape[:-2], m * d)
