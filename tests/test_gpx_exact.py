@@ -596,3 +596,52 @@ def test_monte_carlo_generative_model():
     # sanity: the test is sensitive — the prior covariance of w* is far from the posterior one
     prior_var = (brute_kernel(Xs, Xs, hp).diagonal() + hp["sw2"]).repeat_interleave(d)
     assert ((prior_var - Sigma.diagonal()) / (Sigma.diagonal() * math.sqrt(2 / num_samples))).max() > 8
+
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_dense_gaussian_nll_matches_torch(batch):
+    """The closed-form-gradient Gaussian NLL used by fit() equals torch's MultivariateNormal, with gradients."""
+    from gpytorch_explain.utils import dense_gaussian_nll
+
+    gen = torch.Generator().manual_seed(7)
+    n = 6
+    A = torch.randn(*batch, n, n, generator=gen, dtype=DTYPE)
+    covar = (A @ A.mT + n * torch.eye(n, dtype=DTYPE)).requires_grad_(True)
+    diff = torch.randn(*batch, n, generator=gen, dtype=DTYPE).requires_grad_(True)
+    weights = torch.rand(batch, generator=gen, dtype=DTYPE) + 0.5
+    ours = (dense_gaussian_nll(covar, diff) * weights).sum()
+    g_ours = torch.autograd.grad(ours, (covar, diff))
+    mvn = torch.distributions.MultivariateNormal(torch.zeros(n, dtype=DTYPE), covariance_matrix=covar)
+    ref = (-mvn.log_prob(diff) * weights).sum()
+    g_ref = torch.autograd.grad(ref, (covar, diff))
+    assert_close(ours, ref, what="nll")
+    # torch's gradient w.r.t. a symmetric matrix argument may be asymmetric; compare symmetrised
+    assert_close(g_ours[0], 0.5 * (g_ref[0] + g_ref[0].mT), what="d nll / d C")
+    assert_close(g_ours[1], g_ref[1], what="d nll / d diff")
+
+
+def test_fit_objective_equals_exact_mll():
+    """fit()'s dense objective (value and gradients) equals -ExactMarginalLogLikelihood."""
+    prob = make_problem(CASES[0])
+    model = prob.model
+    model.train()
+    inputs = model.train_inputs[0]
+    mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    ref = -mll(gpytorch.models.ExactGP.__call__(model, inputs), model.train_targets)
+    g_ref = torch.autograd.grad(ref, params)
+    captured = {}
+    original = torch.optim.LBFGS.step
+
+    def one_step(self, closure):
+        captured["loss"] = closure()
+        captured["grads"] = [p.grad.clone() for p in params]
+
+    torch.optim.LBFGS.step = one_step
+    try:
+        model.fit(max_iter=1)
+    finally:
+        torch.optim.LBFGS.step = original
+    assert_close(captured["loss"], ref, what="fit objective")
+    for g, gr in zip(captured["grads"], g_ref, strict=True):
+        assert_close(g, gr, what="fit gradient")

@@ -11,7 +11,7 @@ from torch import Tensor
 __all__ = ["WeightPosteriorLinearOperator"]
 
 #: number of scalars processed per chunk when forming the reduction term
-_CHUNK_ELEMENTS = 2**24
+_CHUNK_ELEMENTS = 2**22
 
 
 class WeightPosteriorLinearOperator(LinearOperator):
@@ -100,23 +100,34 @@ class WeightPosteriorLinearOperator(LinearOperator):
             return torch.cholesky_solve(rhs, self.factor, upper=False)
         return self.factor @ (self.factor.mT @ rhs)
 
-    def _factor_times_b(self, points: slice) -> Tensor:
-        r"""Rows of :math:`\mathbf F^\top \mathbf B` for a range of points, shape ``(r, |P|, d)``.
+    def _needs_grad(self) -> bool:
+        return torch.is_grad_enabled() and any(t.requires_grad for t in self.representation())
+
+    def _factor_times_b(self, points: slice, buffer: Tensor | None = None) -> Tensor:
+        r"""Columns of :math:`\mathbf F^\top \mathbf B` for a range of points, shape ``(|P|, d, r)``.
 
         :math:`\mathbf F = \mathbf L^{-\top}` (so :math:`\mathbf F^\top\mathbf B = \mathbf L^{-1}\mathbf B`) or
-        :math:`\mathbf F = \mathbf R`.
+        :math:`\mathbf F = \mathbf R`. The right-hand sides are laid out column-major for the triangular
+        solve; with a ``buffer`` (no autograd) they are formed and solved in place.
         """
         cross = self.cross_covar[..., points, :]  # (P, n)
         num_p = cross.size(-2)
         n, d = self.train_z.shape[-2:]
         if self.factor_type == "cholesky":
-            b = cross.mT.unsqueeze(-1) * self.train_z.unsqueeze(-2)  # (n, P, d)
-            v = torch.linalg.solve_triangular(self.factor, b.reshape(*b.shape[:-3], n, num_p * d), upper=False)
-            return v.reshape(*v.shape[:-1], num_p, d)
+            # rows (p, l) of Bᵀ are k(x_p, X) ⊙ z_l: a contiguous (P·d, n) block, i.e. B column-major
+            zt = self.train_z.mT.unsqueeze(-3)
+            if buffer is not None:
+                bt = buffer[..., : num_p * d, :]
+                torch.mul(cross.unsqueeze(-2), zt, out=bt.view(*bt.shape[:-2], num_p, d, n))
+                torch.linalg.solve_triangular(self.factor, bt.mT, upper=False, out=bt.mT)
+                return bt.view(*bt.shape[:-2], num_p, d, n)
+            bt = (cross.unsqueeze(-2) * zt).reshape(*cross.shape[:-2], num_p * d, n)
+            v = torch.linalg.solve_triangular(self.factor, bt.mT, upper=False)  # (n, P·d)
+            return v.mT.reshape(*v.shape[:-2], num_p, d, n)
         r = self.factor.size(-1)
         rz = (self.factor.unsqueeze(-1) * self.train_z.unsqueeze(-2)).reshape(*self.factor.shape[:-2], n, r * d)
         w = cross @ rz  # (P, r*d)
-        return w.reshape(*w.shape[:-1], r, d).transpose(-3, -2)  # (r, P, d)
+        return w.reshape(*w.shape[:-1], r, d).transpose(-2, -1)  # (P, d, r)
 
     def _chunks(self):
         n = self.train_z.size(-2)
@@ -126,14 +137,23 @@ class WeightPosteriorLinearOperator(LinearOperator):
         for start in range(0, self.num_points, step):
             yield slice(start, min(start + step, self.num_points))
 
+    def _buffer(self) -> Tensor | None:
+        """A reusable workspace for in-place chunk solves (``None`` when autograd needs the graph)."""
+        if self.factor_type != "cholesky" or self._needs_grad() or self.num_points == 0:
+            return None
+        n, d = self.train_z.shape[-2:]
+        step = next(iter(self._chunks())).stop
+        return torch.empty(*self.batch_shape, step * d, n, dtype=self.dtype, device=self.device)
+
     # ------------------------------------------------------------------ blocks
     @cached(name="reduction_blocks")
     def _reduction_blocks(self) -> Tensor:
         d = self.num_features
         blocks = [torch.zeros(*self.batch_shape, 0, d, d, dtype=self.dtype, device=self.device)]
+        buffer = self._buffer()
         for points in self._chunks():
-            v = self._factor_times_b(points)  # (r, P, d)
-            blocks.append(torch.einsum("...rpi,...rpj->...pij", v, v))
+            v = self._factor_times_b(points, buffer)  # (P, d, r)
+            blocks.append(v @ v.mT)
         return torch.cat(blocks, dim=-3)
 
     def point_blocks(self) -> Tensor:
@@ -171,6 +191,6 @@ class WeightPosteriorLinearOperator(LinearOperator):
         if m == 0:
             return prior
         vs = [self._factor_times_b(points) for points in self._chunks()]
-        v = torch.cat(vs, dim=-2)  # (r, m, d)
-        v = v.reshape(*v.shape[:-2], m * d)
-        return prior - v.mT @ v
+        v = torch.cat(vs, dim=-3)  # (m, d, r)
+        v = v.reshape(*v.shape[:-3], m * d, v.size(-1))
+        return prior - v @ v.mT

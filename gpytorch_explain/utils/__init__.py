@@ -1,4 +1,11 @@
 from .heuristics import median_heuristic_lengthscale
+from .linalg import dense_gaussian_nll
 from .validation import check_matrix, check_same_rows, check_vector
 
-__all__ = ["check_matrix", "check_same_rows", "check_vector", "median_heuristic_lengthscale"]
+__all__ = [
+    "check_matrix",
+    "check_same_rows",
+    "check_vector",
+    "dense_gaussian_nll",
+    "median_heuristic_lengthscale",
+]
