@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["max_cholesky_size", "solve_tolerance"]
+__all__ = ["max_cholesky_size", "solve_tolerance", "derived_solve_tolerance"]
 
 
 class _setting:
@@ -61,3 +61,14 @@ class solve_tolerance(_setting):
     """
 
     _global_value = None
+
+
+def derived_solve_tolerance(dtype) -> float:
+    """The CG tolerance GPX uses for derived solves in ``dtype`` (see :class:`solve_tolerance`)."""
+    import torch
+    from gpytorch import settings as gsettings
+
+    tol = solve_tolerance.value()
+    if tol is None:
+        tol = 1e-4 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-8
+    return min(tol, gsettings.eval_cg_tolerance.value())

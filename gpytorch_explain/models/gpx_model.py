@@ -30,13 +30,6 @@ from ..utils import check_matrix, check_same_rows, check_vector, dense_gaussian_
 __all__ = ["GPXModel", "GPXPredictionStrategy"]
 
 
-def _solve_tolerance(dtype: torch.dtype) -> float:
-    tol = explain_settings.solve_tolerance.value()
-    if tol is None:
-        tol = 1e-4 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-8
-    return min(tol, gsettings.eval_cg_tolerance.value())
-
-
 def _dense_limit() -> int:
     return max(gsettings.max_cholesky_size.value(), explain_settings.max_cholesky_size.value())
 
@@ -73,13 +66,13 @@ class GPXPredictionStrategy(DefaultPredictionStrategy):
             offset = (self.train_labels - mvn.loc).unsqueeze(-1)
             res = torch.cholesky_solve(offset, self.train_cholesky(), upper=False).squeeze(-1)
             return res.detach() if gsettings.detach_test_caches.on() else res
-        tol = _solve_tolerance(self.train_labels.dtype)
+        tol = explain_settings.derived_solve_tolerance(self.train_labels.dtype)
         max_iter = max(gsettings.max_cg_iterations.value(), 2 * self.num_train)
         with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(max_iter):
             return super()._mean_cache(nan_policy)
 
     def exact_predictive_covar(self, test_test_covar, test_train_covar):
-        if gsettings.fast_pred_var.on() or gsettings.skip_posterior_variances.on() or not self.uses_cholesky:
+        if gsettings.skip_posterior_variances.on() or not self.uses_cholesky:
             return super().exact_predictive_covar(test_test_covar, test_train_covar)
         root = torch.linalg.solve_triangular(self.train_cholesky(), to_dense(test_train_covar).mT, upper=False)
         correction = MatmulLinearOperator(root.mT, root.mul(-1))
@@ -300,9 +293,11 @@ class GPXModel(gpytorch.models.ExactGP):
         :class:`~gpytorch_explain.operators.WeightPosteriorLinearOperator`: ``.variance`` and
         ``.covariance_matrix.point_blocks()``-style per-point blocks cost :math:`O(mn^2d)` once
         (exact, through a Cholesky factor of :math:`\mathbf C`), and ``.covariance_matrix`` is
-        exact. Under ``gpytorch.settings.fast_pred_var()`` the factor is replaced by GPyTorch's
-        LOVE root of :math:`\mathbf C^{-1}` (cost :math:`O(mnrd)` for rank :math:`r`, set by
-        ``gpytorch.settings.max_root_decomposition_size``).
+        exact. Above the dense limit (see :class:`gpytorch_explain.settings.max_cholesky_size`),
+        ``gpytorch.settings.fast_pred_var()`` replaces the factor by GPyTorch's LOVE root of
+        :math:`\mathbf C^{-1}` (cost :math:`O(mnrd)` for rank :math:`r`, set by
+        ``gpytorch.settings.max_root_decomposition_size``); below it the exact factor is used
+        either way.
 
         :param x: Test inputs :math:`\mathbf x_*`, ``(m, D)``.
         :return: ``MultitaskMultivariateNormal`` with mean ``(m, d)``.
@@ -321,14 +316,20 @@ class GPXModel(gpytorch.models.ExactGP):
         mean = cross @ (train_z * alpha.unsqueeze(-1))  # (m, d)
         prior = base(x).add_diagonal(self.weight_noise.expand(x.size(0)))
 
-        if gsettings.fast_pred_var.on() and strategy.num_train > gsettings.max_cholesky_size.value():
+        if strategy.uses_cholesky:
+            # exact, through the one Cholesky factor of C (also under fast_pred_var: at this size it
+            # is both exact and cheaper than a LOVE root accurate enough for the weights)
+            factor = strategy.train_cholesky()
+            factor_type = "cholesky"
+        elif gsettings.fast_pred_var.on():
             # LOVE: GPyTorch's low-rank root R of C^{-1} (rank: max_root_decomposition_size)
             factor = to_dense(strategy.covar_cache)
             factor_type = "root"
         else:
-            # exact (also what LOVE reduces to when GPyTorch would factorise C by Cholesky)
-            factor = strategy.train_cholesky()
-            factor_type = "cholesky"
+            # exact through CG solves with C (GPyTorch's iterative path); costly for many points
+            factor = strategy.lik_train_train_covar
+            factor = factor.detach() if detach else factor
+            factor_type = "solve"
         covar = WeightPosteriorLinearOperator(prior, cross, train_z, factor, factor_type=factor_type)
         return MultitaskMultivariateNormal(mean, covar, interleaved=True)
 

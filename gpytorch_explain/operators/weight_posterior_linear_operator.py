@@ -4,9 +4,12 @@ r"""Lazy joint posterior covariance of GPX local weights."""
 from __future__ import annotations
 
 import torch
+from gpytorch import settings as gsettings
 from linear_operator.operators import LinearOperator, to_linear_operator
 from linear_operator.utils.memoize import cached
 from torch import Tensor
+
+from ..settings import derived_solve_tolerance
 
 __all__ = ["WeightPosteriorLinearOperator"]
 
@@ -42,8 +45,9 @@ class WeightPosteriorLinearOperator(LinearOperator):
     :param prior_covar: :math:`\mathbf K_{**} + \sigma_w^2 \mathbf I`, shape ``(m, m)``.
     :param cross_covar: :math:`\mathbf K_{*X}`, shape ``(m, n)``.
     :param train_z: :math:`\mathbf Z`, shape ``(n, d)``.
-    :param factor: :math:`\mathbf L` (``(n, n)`` lower-triangular) or :math:`\mathbf R` (``(n, r)``).
-    :param factor_type: ``"cholesky"`` or ``"root"``.
+    :param factor: :math:`\mathbf L` (``(n, n)`` lower-triangular), :math:`\mathbf R` (``(n, r)``), or
+        :math:`\mathbf C` itself as a LinearOperator (solved by CG).
+    :param factor_type: ``"cholesky"``, ``"root"`` or ``"solve"``.
     """
 
     def __init__(
@@ -54,8 +58,8 @@ class WeightPosteriorLinearOperator(LinearOperator):
         factor: Tensor,
         factor_type: str = "cholesky",
     ):
-        if factor_type not in ("cholesky", "root"):
-            raise ValueError(f"factor_type must be 'cholesky' or 'root', got {factor_type!r}.")
+        if factor_type not in ("cholesky", "root", "solve"):
+            raise ValueError(f"factor_type must be 'cholesky', 'root' or 'solve', got {factor_type!r}.")
         prior_covar = to_linear_operator(prior_covar)
         m, n = cross_covar.shape[-2:]
         if prior_covar.shape[-2:] != torch.Size((m, m)) or train_z.size(-2) != n or factor.size(-2) != n:
@@ -98,10 +102,22 @@ class WeightPosteriorLinearOperator(LinearOperator):
         r""":math:`\mathbf C^{-1}` (or its root approximation) times ``rhs`` (``(n, t)``)."""
         if self.factor_type == "cholesky":
             return torch.cholesky_solve(rhs, self.factor, upper=False)
+        if self.factor_type == "solve":
+            tol = derived_solve_tolerance(self.dtype)
+            max_iter = max(gsettings.max_cg_iterations.value(), 2 * rhs.size(-2))
+            with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(max_iter):
+                return self.factor.solve(rhs)
         return self.factor @ (self.factor.mT @ rhs)
 
     def _needs_grad(self) -> bool:
         return torch.is_grad_enabled() and any(t.requires_grad for t in self.representation())
+
+    def _b_rows(self, points: slice) -> Tensor:
+        r"""Rows of :math:`\mathbf B^\top` for a range of points, ``(|P|, d, n)``.
+
+        Row :math:`(p, l)` is :math:`k(\mathbf x_p, \mathbf X) \odot \mathbf z_l`.
+        """
+        return self.cross_covar[..., points, :].unsqueeze(-2) * self.train_z.mT.unsqueeze(-3)
 
     def _factor_times_b(self, points: slice, buffer: Tensor | None = None) -> Tensor:
         r"""Columns of :math:`\mathbf F^\top \mathbf B` for a range of points, shape ``(|P|, d, r)``.
@@ -121,7 +137,7 @@ class WeightPosteriorLinearOperator(LinearOperator):
                 torch.mul(cross.unsqueeze(-2), zt, out=bt.view(*bt.shape[:-2], num_p, d, n))
                 torch.linalg.solve_triangular(self.factor, bt.mT, upper=False, out=bt.mT)
                 return bt.view(*bt.shape[:-2], num_p, d, n)
-            bt = (cross.unsqueeze(-2) * zt).reshape(*cross.shape[:-2], num_p * d, n)
+            bt = self._b_rows(points).reshape(*cross.shape[:-2], num_p * d, n)
             v = torch.linalg.solve_triangular(self.factor, bt.mT, upper=False)  # (n, P·d)
             return v.mT.reshape(*v.shape[:-2], num_p, d, n)
         r = self.factor.size(-1)
@@ -150,6 +166,14 @@ class WeightPosteriorLinearOperator(LinearOperator):
     def _reduction_blocks(self) -> Tensor:
         d = self.num_features
         blocks = [torch.zeros(*self.batch_shape, 0, d, d, dtype=self.dtype, device=self.device)]
+        if self.factor_type == "solve":
+            for points in self._chunks():
+                bt = self._b_rows(points)  # (P, d, n)
+                num_p, n = bt.size(-3), bt.size(-1)
+                x = self._apply_inverse(bt.reshape(*bt.shape[:-3], num_p * d, n).mT)  # (n, P·d)
+                red = bt @ x.mT.reshape(*x.shape[:-2], num_p, d, n).mT
+                blocks.append(0.5 * (red + red.mT))
+            return torch.cat(blocks, dim=-3)
         buffer = self._buffer()
         for points in self._chunks():
             v = self._factor_times_b(points, buffer)  # (P, d, r)
@@ -190,6 +214,11 @@ class WeightPosteriorLinearOperator(LinearOperator):
         prior = torch.kron(self.prior_covar.to_dense(), eye)
         if m == 0:
             return prior
+        if self.factor_type == "solve":
+            bt = self._b_rows(slice(None))
+            bt = bt.reshape(*bt.shape[:-3], m * d, bt.size(-1))
+            red = bt @ self._apply_inverse(bt.mT)
+            return prior - 0.5 * (red + red.mT)
         vs = [self._factor_times_b(points) for points in self._chunks()]
         v = torch.cat(vs, dim=-3)  # (m, d, r)
         v = v.reshape(*v.shape[:-3], m * d, v.size(-1))

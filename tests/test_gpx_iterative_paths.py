@@ -1,0 +1,98 @@
+"""GPX above the dense limit: CG ("solve") weight posteriors and LOVE ("root") under fast_pred_var.
+
+The dense limit is forced to 0 on a small problem so that GPyTorch's iterative machinery is used,
+and the results are compared with the exact Cholesky answers of the same model.
+"""
+
+import warnings
+
+import gpytorch
+import pytest
+import torch
+
+import gpytorch_explain as ge
+from gpytorch_explain import GPXModel
+
+DTYPE = torch.float64
+
+
+@pytest.fixture(scope="module")
+def setup():
+    g = torch.Generator().manual_seed(0)
+    n, D = 150, 3
+    x = torch.randn(n, D, generator=g, dtype=DTYPE)
+    z = torch.randn(n, 2, generator=g, dtype=DTYPE)
+    y = torch.sin(x[:, 0]) * z[:, 0] + x[:, 1] * z[:, 1] + 0.1 * torch.randn(n, generator=g, dtype=DTYPE)
+    model = GPXModel(x, y, z)
+    model.likelihood.noise = 0.05
+    model.weight_noise = 0.05
+    model.eval()
+    xs = torch.randn(7, D, generator=g, dtype=DTYPE)
+    zs = torch.randn(7, 2, generator=g, dtype=DTYPE)
+    with torch.no_grad():
+        w = model.predict_weights(xs)
+        exact = {
+            "mean": w.mean,
+            "cov": w.covariance_matrix,
+            "blocks": w.lazy_covariance_matrix.point_blocks(),
+            "f_var": model(xs, zs).variance,
+        }
+    assert w.lazy_covariance_matrix.factor_type == "cholesky"
+    return model, xs, zs, exact
+
+
+def _iterative():
+    return ge.settings.max_cholesky_size(0), gpytorch.settings.max_cholesky_size(0)
+
+
+def test_cg_weight_posterior_matches_cholesky(setup):
+    model, xs, zs, exact = setup
+    model.prediction_strategy = None
+    a, b = _iterative()
+    with torch.no_grad(), a, b, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # CG may stop at its iteration cap near 1e-6 residual
+        w = model.predict_weights(xs)
+        lazy = w.lazy_covariance_matrix
+        assert lazy.factor_type == "solve"
+        scale = exact["cov"].abs().max()
+        torch.testing.assert_close(w.mean, exact["mean"], rtol=0, atol=1e-4 * exact["mean"].abs().max())
+        torch.testing.assert_close(w.covariance_matrix, exact["cov"], rtol=0, atol=3e-5 * scale)
+        torch.testing.assert_close(lazy.point_blocks(), exact["blocks"], rtol=0, atol=3e-5 * scale)
+        rhs = torch.randn(lazy.shape[-1], 2, dtype=DTYPE)
+        torch.testing.assert_close(lazy @ rhs, exact["cov"] @ rhs, rtol=0, atol=1e-4 * scale * rhs.abs().max())
+    model.prediction_strategy = None
+
+
+def test_love_root_error_shrinks_with_rank(setup):
+    model, xs, zs, exact = setup
+    sd_exact = exact["blocks"].diagonal(dim1=-2, dim2=-1).sqrt()
+    errors = {}
+    a, b = _iterative()
+    with torch.no_grad(), a, b, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for rank in (10, 150):
+            model.prediction_strategy = None
+            with gpytorch.settings.fast_pred_var(), gpytorch.settings.max_root_decomposition_size(rank):
+                w = model.predict_weights(xs)
+                assert w.lazy_covariance_matrix.factor_type == "root"
+                assert w.lazy_covariance_matrix.factor.shape[-1] <= rank
+                sd = w.variance.clamp_min(0).sqrt()
+                errors[rank] = ((sd - sd_exact).abs() / sd_exact).max().item()
+                # the latent variance uses the same root: Var f* = z*ᵀ Cov[w*] z* still holds
+                blocks = w.lazy_covariance_matrix.point_blocks()
+                f_var = model(xs, zs).variance
+                torch.testing.assert_close(torch.einsum("pi,pij,pj->p", zs, blocks, zs), f_var, rtol=1e-8, atol=1e-10)
+    model.prediction_strategy = None
+    assert errors[150] < 1e-5, errors  # full-rank Lanczos reproduces the exact answer
+    assert errors[10] > 10 * errors[150], errors  # a low rank visibly does not
+
+
+def test_fast_pred_var_below_dense_limit_is_exact(setup):
+    model, xs, zs, exact = setup
+    model.prediction_strategy = None
+    with torch.no_grad(), gpytorch.settings.fast_pred_var(), gpytorch.settings.max_root_decomposition_size(5):
+        w = model.predict_weights(xs)
+        assert w.lazy_covariance_matrix.factor_type == "cholesky"
+        torch.testing.assert_close(w.lazy_covariance_matrix.point_blocks(), exact["blocks"], rtol=1e-10, atol=0)
+        torch.testing.assert_close(model(xs, zs).variance, exact["f_var"], rtol=1e-10, atol=0)
+    model.prediction_strategy = None
