@@ -1,4 +1,5 @@
+from .block_posterior_linear_operator import BlockPosteriorLinearOperator
 from .low_rank_hadamard_linear_operator import LowRankHadamardLinearOperator
 from .weight_posterior_linear_operator import WeightPosteriorLinearOperator
 
-__all__ = ["LowRankHadamardLinearOperator", "WeightPosteriorLinearOperator"]
+__all__ = ["BlockPosteriorLinearOperator", "LowRankHadamardLinearOperator", "WeightPosteriorLinearOperator"]
