@@ -1,6 +1,7 @@
 """gpytorch-explain: Gaussian-process models that explain themselves, with calibrated uncertainty."""
 
 from . import settings
+from .attribution import CompletenessGaps, IntegratedGradients, PosteriorGradient
 from .errors import ModelStateError
 from .explanation import GPXExplanation
 from .kernels import GPXKernel
@@ -11,6 +12,9 @@ from .utils import median_heuristic_lengthscale
 __version__ = "0.1.0"
 
 __all__ = [
+    "CompletenessGaps",
+    "IntegratedGradients",
+    "PosteriorGradient",
     "GPXExplanation",
     "ModelStateError",
     "GPXKernel",

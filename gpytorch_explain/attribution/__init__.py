@@ -1,0 +1,18 @@
+"""Attribution GPs: posterior gradients and integrated gradients of trained GPyTorch models."""
+
+from .derived import DerivedCovariance, functional_mean
+from .functionals import Gradient, IntegratedGradient
+from .plotting import plot_attribution_bars, plot_attribution_path
+from .posterior import CompletenessGaps, IntegratedGradients, PosteriorGradient
+
+__all__ = [
+    "CompletenessGaps",
+    "DerivedCovariance",
+    "Gradient",
+    "IntegratedGradient",
+    "IntegratedGradients",
+    "PosteriorGradient",
+    "functional_mean",
+    "plot_attribution_bars",
+    "plot_attribution_path",
+]

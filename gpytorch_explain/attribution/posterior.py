@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+r"""Attribution GPs of a trained GPyTorch model: posterior gradients and integrated gradients."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gpytorch
+import torch
+from gpytorch import settings as gsettings
+from gpytorch.distributions import MultitaskMultivariateNormal
+from gpytorch.kernels import Kernel, LinearKernel, ProductKernel
+from gpytorch.likelihoods import _GaussianLikelihoodBase
+from gpytorch.models import ApproximateGP, ExactGP
+from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy, prediction_strategy
+from torch import Tensor
+
+from ..errors import ModelStateError
+from ..operators import AttributionPosteriorLinearOperator
+from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean
+from .functionals import Functional, Gradient, IntegratedGradient
+
+__all__ = ["PosteriorGradient", "IntegratedGradients", "CompletenessGaps"]
+
+
+@dataclass
+class CompletenessGaps:
+    r"""How far attributions are from completeness, per point.
+
+    .. math::
+
+        \text{mean\_gap} = \sum_i \mathbb E[\mathrm{IG}_i(\mathbf x)]
+        - \left(\mathbb E[f(\mathbf x)] - \mathbb E[\bar f(\mathbf b)]\right), \qquad
+        \text{variance\_gap} = \sum_{ij}\operatorname{Cov}(\mathrm{IG}_i, \mathrm{IG}_j)
+        - \operatorname{Var}\left(f(\mathbf x) - \bar f(\mathbf b)\right),
+
+    with :math:`\bar f(\mathbf b)` the average over the baselines; both are zero up to round-off
+    (and, for the generic kernels, the quadrature error).
+    """
+
+    mean_gap: Tensor
+    variance_gap: Tensor
+    attribution_sum_mean: Tensor
+    prediction_difference_mean: Tensor
+    attribution_sum_variance: Tensor
+    prediction_difference_variance: Tensor
+
+
+class _GPXSmoothKernel(ProductKernel):
+    """Covariance of the smooth part g(x)ᵀx of a GPX latent: the base kernel times xᵀx' (evaluated densely)."""
+
+    def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, **params) -> Tensor:
+        res = None
+        for kern in self.kernels:
+            part = kern(x1, x2, diag=diag, **params)
+            part = part if torch.is_tensor(part) else part.to_dense()
+            res = part if res is None else res * part
+        return res
+
+
+class _FunctionalPosterior:
+    r"""Posterior of a linear functional :math:`\mathcal L f` of a trained ``ExactGP``'s latent :math:`f`."""
+
+    def __init__(self, model: ExactGP, functional: Functional, order: int = DEFAULT_ORDER):
+        self.model = model
+        self.functional = functional
+        self.order = int(order)
+        self._kernel, self._mean, self._dims = self._model_parts(model)
+
+    # ------------------------------------------------------------------ model inspection
+    @staticmethod
+    def _model_parts(model) -> tuple[Kernel, gpytorch.means.Mean | None, int]:
+        if isinstance(model, ApproximateGP):
+            raise NotImplementedError(
+                "Attribution GPs for ApproximateGP (variational) models are not supported yet; "
+                "PosteriorGradient and IntegratedGradients take an ExactGP with a Gaussian likelihood."
+            )
+        if not isinstance(model, ExactGP):
+            raise TypeError(f"model must be a gpytorch ExactGP, got {type(model).__name__}.")
+        if not isinstance(model.likelihood, _GaussianLikelihoodBase):
+            raise NotImplementedError(
+                f"Exact attribution GPs need a Gaussian likelihood, got {type(model.likelihood).__name__}."
+            )
+        from ..models import GPXModel
+
+        if isinstance(model, GPXModel):
+            if model.covar_module.z_dims is not None:
+                raise NotImplementedError(
+                    "Attributions of a GPXModel are supported with respect to x when z = x; this model has "
+                    "separate explanation features z (use model.explain for its local weights)."
+                )
+            linear = LinearKernel()
+            linear.variance = 1.0
+            linear.raw_variance.requires_grad_(False)
+            linear = linear.to(model.covar_module.raw_weight_noise)
+            kernel = _GPXSmoothKernel(model.covar_module.base_kernel, linear)
+            return kernel, None, model.x_dims
+        if not hasattr(model, "covar_module") or not isinstance(model.covar_module, Kernel):
+            raise NotImplementedError(
+                "The model needs a `covar_module` Kernel that defines its prior covariance (as in the "
+                "GPyTorch tutorials); custom forward() compositions are not supported."
+            )
+        return model.covar_module, getattr(model, "mean_module", None), None
+
+    def _train_inputs(self) -> Tensor:
+        model = self.model
+        if model.train_inputs is None or model.train_targets is None:
+            raise ModelStateError("Attributions need a model with training data; this one has none.")
+        if len(model.train_inputs) != 1:
+            raise NotImplementedError("Models with several input tensors are not supported.")
+        X = model.train_inputs[0]
+        if X.dim() == 1:
+            X = X.unsqueeze(-1)
+        return X
+
+    @property
+    def num_features(self) -> int:
+        if self._dims is not None:
+            return self._dims
+        return self._train_inputs().size(-1)
+
+    # ------------------------------------------------------------------ conditioning
+    def _strategy(self):
+        model = self.model
+        if model.training:
+            raise ModelStateError("Attributions need the model in eval mode: call model.eval() first.")
+        X = self._train_inputs()
+        from ..models import GPXModel
+
+        if isinstance(model, GPXModel):
+            return model._build_prediction_strategy()
+        if model.prediction_strategy is None:
+            train_inputs = list(model.train_inputs)
+            train_prior = model._get_train_prior_distribution(train_inputs)
+            model.prediction_strategy = prediction_strategy(
+                train_inputs=train_inputs,
+                train_prior_dist=train_prior,
+                train_labels=model.train_targets,
+                likelihood=model.likelihood,
+            )
+        del X
+        return model.prediction_strategy
+
+    def _alpha(self, strategy) -> Tensor:
+        r""":math:`\boldsymbol\alpha = \mathbf C^{-1}(\mathbf y - \mathbf m(\mathbf X))` in data space."""
+        from ..models import GPXPredictionStrategy
+
+        if type(strategy) in (DefaultPredictionStrategy, GPXPredictionStrategy):
+            return strategy.mean_cache
+        # strategies whose mean cache lives elsewhere (feature, grid or inducing space): solve once
+        # with the strategy's own training covariance and keep it with the strategy
+        alpha = getattr(strategy, "_gpytorch_explain_alpha", None)
+        if alpha is None:
+            mvn = strategy.likelihood(strategy.train_prior_dist, strategy.train_inputs)
+            offset = (strategy.train_labels - mvn.loc).unsqueeze(-1)
+            alpha = mvn.lazy_covariance_matrix.evaluate_kernel().solve(offset).squeeze(-1)
+            if gsettings.detach_test_caches.on():
+                alpha = alpha.detach()
+            strategy._gpytorch_explain_alpha = alpha
+        return alpha
+
+    def _factor(self, strategy):
+        from ..models import GPXPredictionStrategy
+
+        covar = strategy.lik_train_train_covar
+        if gsettings.detach_test_caches.on():
+            covar = covar.detach()
+        if isinstance(strategy, GPXPredictionStrategy):
+            if strategy.uses_cholesky:
+                return strategy.train_cholesky(), "cholesky"
+        elif strategy.num_train <= gsettings.max_cholesky_size.value():
+            return covar.cholesky().to_dense(), "cholesky"
+        if gsettings.fast_pred_var.on():
+            if type(strategy) in (DefaultPredictionStrategy, GPXPredictionStrategy):
+                root = strategy.covar_cache
+            else:
+                root = covar.root_inv_decomposition().root
+            return root.to_dense() if hasattr(root, "to_dense") else root, "root"
+        return covar.evaluate_kernel(), "solve"
+
+    # ------------------------------------------------------------------ inputs
+    def _check_x(self, x) -> Tensor:
+        if not torch.is_tensor(x):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
+        if x.dim() < 2:
+            raise ValueError(f"x must be (m, D) (or batched (..., m, D)), got shape {tuple(x.shape)}.")
+        if not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor, got {x.dtype}.")
+        D = self.num_features
+        if x.size(-1) != D:
+            raise ValueError(f"x has {x.size(-1)} columns but the model's inputs have D = {D}.")
+        if not torch.isfinite(x).all():
+            raise ValueError("x contains NaN or infinite values.")
+        X = self._train_inputs()
+        if x.dtype != X.dtype:
+            raise TypeError(f"x has dtype {x.dtype} but the model's training inputs are {X.dtype}.")
+        return x.to(X.device)
+
+    # ------------------------------------------------------------------ the posterior
+    def __call__(self, x: Tensor) -> MultitaskMultivariateNormal:
+        x = self._check_x(x)
+        strategy = self._strategy()
+        X = self._train_inputs()
+        if self._dims is not None:  # GPX with z = x: the kernel input is x itself
+            X = self.model.covar_module.split_inputs(X)[0]
+        alpha = self._alpha(strategy)
+        factor, factor_type = self._factor(strategy)
+        if gsettings.detach_test_caches.on():
+            X, alpha = X.detach(), alpha.detach()
+        derived = DerivedCovariance(self._kernel, self.functional, order=self.order)
+        rows = derived.cross(x, X)  # (*batch, m, D, n)
+        mean = (rows @ alpha.unsqueeze(-1).unsqueeze(-3)).squeeze(-1)
+        if self._mean is not None:
+            mean = mean + functional_mean(self._mean, self.functional, x, order=self.order)
+        covar = AttributionPosteriorLinearOperator(x, rows, factor, factor_type=factor_type, derived=derived)
+        return MultitaskMultivariateNormal(mean, covar, interleaved=True)
+
+
+class PosteriorGradient(_FunctionalPosterior):
+    r"""The posterior of the gradient :math:`\nabla f(\mathbf x)` of a trained GPyTorch ``ExactGP``.
+
+    Differentiation is linear, so under the GP posterior the gradient is a GP:
+
+    .. math::
+
+        \mathbb E[\partial_i f(\mathbf x)] = \partial_i m(\mathbf x) + \partial_i \mathbf k(\mathbf x, \mathbf X)^\top
+        \boldsymbol\alpha, \qquad
+        \operatorname{Cov}[\partial_i f(\mathbf x), \partial_j f(\mathbf x')] =
+        \partial_i \partial'_j k(\mathbf x, \mathbf x') - \partial_i \mathbf k(\mathbf x, \mathbf X)^\top
+        \mathbf C^{-1} \partial'_j \mathbf k(\mathbf X, \mathbf x'),
+
+    with :math:`\boldsymbol\alpha = \mathbf C^{-1}(\mathbf y - \mathbf m)` and :math:`\mathbf C`
+    the model's own cached solves (Cholesky, CG, or LOVE under ``fast_pred_var``).
+
+    Calling it on ``x`` (``(m, D)``) returns a ``MultitaskMultivariateNormal`` for the latent
+    :math:`f`'s gradient: mean ``(m, D)``, covariance the joint over points and features,
+    interleaved (index ``point * D + feature``), lazy (``.variance`` needs only per-point blocks).
+
+    Example:
+        >>> import torch, gpytorch
+        >>> from gpytorch_explain import PosteriorGradient
+        >>> x = torch.linspace(0, 1, 20, dtype=torch.float64).unsqueeze(-1)
+        >>> class GP(gpytorch.models.ExactGP):
+        ...     def __init__(self, x, y):
+        ...         super().__init__(x, y, gpytorch.likelihoods.GaussianLikelihood())
+        ...         self.mean_module = gpytorch.means.ZeroMean()
+        ...         self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+        ...     def forward(self, x):
+        ...         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+        >>> model = GP(x, torch.sin(6 * x[:, 0])).double().eval()
+        >>> grad = PosteriorGradient(model)(x[:3])
+        >>> grad.mean.shape, grad.variance.shape
+        (torch.Size([3, 1]), torch.Size([3, 1]))
+    """
+
+    def __init__(self, model: ExactGP, order: int = DEFAULT_ORDER):
+        super().__init__(model, Gradient(), order=order)
+
+
+class IntegratedGradients(_FunctionalPosterior):
+    r"""The posterior of the integrated-gradient attributions of a trained GPyTorch ``ExactGP``.
+
+    .. math::
+
+        \mathrm{IG}_i(\mathbf x) = (x_i - b_i)\int_0^1 \partial_i f(\mathbf b + t(\mathbf x - \mathbf b))\,dt
+
+    is linear in :math:`f`, so under the posterior it is a GP (Seitz et al.), computed exactly:
+    closed forms for RBF/ARD, linear and RFF kernels (and sums/scalings of them), autograd and
+    Gauss–Legendre quadrature of order ``order`` for other differentiable kernels. With several
+    baselines (``(k, D)``), the attribution is their average — expected integrated gradients —
+    which is still a GP. Completeness holds in mean and in distribution:
+    :math:`\sum_i \mathrm{IG}_i(\mathbf x) = f(\mathbf x) - \bar f(\mathbf b)` (see :meth:`completeness`).
+
+    :param model: A trained ``ExactGP`` (eval mode) with a Gaussian likelihood, or a
+        :class:`~gpytorch_explain.GPXModel` with :math:`\mathbf z = \mathbf x` (then the smooth part
+        :math:`\mathbf g(\mathbf x)^\top\mathbf x` of the latent is attributed).
+    :param baseline: ``None`` (the training-input mean), a ``(D,)`` tensor, or ``(k, D)`` baselines.
+    :param order: Gauss–Legendre order for kernels without closed forms.
+
+    Example:
+        >>> import torch, gpytorch
+        >>> from gpytorch_explain import IntegratedGradients
+        >>> x = torch.rand(30, 2, dtype=torch.float64)
+        >>> class GP(gpytorch.models.ExactGP):
+        ...     def __init__(self, x, y):
+        ...         super().__init__(x, y, gpytorch.likelihoods.GaussianLikelihood())
+        ...         self.mean_module = gpytorch.means.ConstantMean()
+        ...         self.covar_module = gpytorch.kernels.RBFKernel(ard_num_dims=2)
+        ...     def forward(self, x):
+        ...         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+        >>> model = GP(x, x[:, 0] * x[:, 1]).double().eval()
+        >>> ig = IntegratedGradients(model)
+        >>> attr = ig(x[:4])
+        >>> gaps = ig.completeness(x[:4])
+        >>> bool(gaps.mean_gap.abs().max() < 1e-10) and bool(gaps.variance_gap.abs().max() < 1e-10)
+        True
+    """
+
+    def __init__(self, model: ExactGP, baseline: Tensor | None = None, order: int = DEFAULT_ORDER):
+        _FunctionalPosterior.__init__(self, model, Gradient(), order=order)
+        self.functional = IntegratedGradient(self._check_baseline(baseline))
+
+    def _check_baseline(self, baseline) -> Tensor:
+        X = self._train_inputs()
+        if self._dims is not None:
+            X = self.model.covar_module.split_inputs(X)[0]
+        D = X.size(-1)
+        if baseline is None:
+            if X.dim() > 2:
+                raise ValueError("For batch models pass the baseline explicitly ((D,) or (k, D)).")
+            return X.detach().mean(0)
+        if not torch.is_tensor(baseline):
+            raise TypeError(f"baseline must be a torch.Tensor, got {type(baseline).__name__}.")
+        if baseline.dim() not in (1, 2) or baseline.size(-1) != D:
+            raise ValueError(f"baseline must have shape (D,) or (k, D) with D = {D}, got {tuple(baseline.shape)}.")
+        if baseline.size(0) == 0:
+            raise ValueError("baseline is empty.")
+        if not baseline.is_floating_point() or baseline.dtype != X.dtype:
+            raise TypeError(f"baseline must have the model's dtype {X.dtype}, got {baseline.dtype}.")
+        if not torch.isfinite(baseline).all():
+            raise ValueError("baseline contains NaN or infinite values.")
+        return baseline.to(X.device)
+
+    @property
+    def baselines(self) -> Tensor:
+        """The baselines, ``(k, D)``."""
+        return self.functional.baselines
+
+    # ------------------------------------------------------------------ completeness
+    def _latent_value(self, points: Tensor, strategy, alpha, factor, factor_type, X):
+        """Posterior mean and covariance of the attributed latent at ``points``."""
+        k = self._kernel
+        cross = k(points, X).to_dense()  # (*b, P, n)
+        mean = (cross @ alpha.unsqueeze(-1)).squeeze(-1)
+        if self._mean is not None:
+            mean = mean + self._mean(points)
+        prior = k(points, points).to_dense()
+        if factor_type == "cholesky":
+            v = torch.linalg.solve_triangular(factor, cross.mT, upper=False)
+            red = v.mT @ v
+        elif factor_type == "root":
+            v = factor.mT @ cross.mT
+            red = v.mT @ v
+        else:
+            red = cross @ factor.solve(cross.mT)
+        return mean, prior - red
+
+    def completeness(self, x: Tensor) -> CompletenessGaps:
+        r"""Check completeness in mean and in distribution at ``x`` (``(m, D)``)."""
+        x = self._check_x(x)
+        attr = self(x)
+        blocks = attr.lazy_covariance_matrix.point_blocks()
+        sum_mean = attr.mean.sum(-1)
+        sum_var = blocks.sum((-1, -2))
+        strategy = self._strategy()
+        X = self._train_inputs()
+        if self._dims is not None:
+            X = self.model.covar_module.split_inputs(X)[0]
+        alpha = self._alpha(strategy)
+        factor, factor_type = self._factor(strategy)
+        b = self.baselines
+        kb = b.size(0)
+        mean_out, var_out = [], []
+        for p in range(x.size(-2)):
+            pts = torch.cat([x[..., p : p + 1, :], b.expand(*x.shape[:-2], kb, b.size(-1))], dim=-2)
+            mean, cov = self._latent_value(pts, strategy, alpha, factor, factor_type, X)
+            w = torch.cat([torch.ones(1, dtype=x.dtype, device=x.device), torch.full((kb,), -1.0 / kb).to(x)])
+            mean_out.append((mean * w).sum(-1))
+            var_out.append(((cov * w.unsqueeze(-1)) * w).sum((-1, -2)))
+        diff_mean = torch.stack(mean_out, dim=-1)
+        diff_var = torch.stack(var_out, dim=-1)
+        return CompletenessGaps(
+            mean_gap=sum_mean - diff_mean,
+            variance_gap=sum_var - diff_var,
+            attribution_sum_mean=sum_mean,
+            prediction_difference_mean=diff_mean,
+            attribution_sum_variance=sum_var,
+            prediction_difference_variance=diff_var,
+        )

@@ -1,0 +1,397 @@
+"""Attribution GPs of trained ExactGPs against independent brute force (float64).
+
+* The gradient GP against central finite differences of GPyTorch's own posterior mean and covariance.
+* Integrated gradients against high-order Gauss–Legendre quadrature of the (verified) gradient GP along
+  the path, jointly over points and features, and against Monte Carlo over posterior function samples
+  (finite differences of sampled functions along the path; tolerance in standard errors).
+* Completeness in mean and in distribution, stability cases, every supported kernel and mean.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gpytorch
+import numpy as np
+import pytest
+import torch
+
+from gpytorch_explain import IntegratedGradients, PosteriorGradient
+
+DTYPE = torch.float64
+
+
+class ExactModel(gpytorch.models.ExactGP):
+    def __init__(self, x, y, kernel, mean=None):
+        batch = y.shape[:-1] if y is not None else torch.Size()
+        likelihood = gpytorch.likelihoods.GaussianLikelihood(batch_shape=batch)
+        super().__init__(x, y, likelihood)
+        self.mean_module = mean if mean is not None else gpytorch.means.ZeroMean()
+        self.covar_module = kernel
+
+    def forward(self, x):
+        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+
+def _kernel(name: str, D: int):
+    k = gpytorch.kernels
+    if name == "rbf":
+        kern = k.ScaleKernel(k.RBFKernel())
+        kern.base_kernel.lengthscale = 0.8
+        kern.outputscale = 1.3
+    elif name == "ard":
+        kern = k.ScaleKernel(k.RBFKernel(ard_num_dims=D))
+        kern.base_kernel.lengthscale = torch.linspace(0.6, 1.4, D)
+        kern.outputscale = 0.9
+    elif name == "linear":
+        kern = k.LinearKernel()
+        kern.variance = 0.7
+    elif name == "rff":
+        torch.manual_seed(3)
+        kern = k.ScaleKernel(k.RFFKernel(num_samples=40))
+        kern.base_kernel.lengthscale = 0.9
+    elif name == "rbf+linear":
+        rbf = k.RBFKernel()
+        rbf.lengthscale = 0.7
+        lin = k.LinearKernel()
+        lin.variance = 0.3
+        kern = rbf + lin
+    elif name == "matern52":
+        kern = k.ScaleKernel(k.MaternKernel(nu=2.5, ard_num_dims=D))
+        kern.base_kernel.lengthscale = torch.linspace(0.8, 1.2, D)
+    elif name == "matern32":
+        kern = k.MaternKernel(nu=1.5)
+        kern.lengthscale = 1.1
+    elif name == "rq":
+        kern = k.RQKernel()
+        kern.lengthscale = 0.9
+        kern.alpha = 1.7
+    elif name == "periodic":
+        kern = k.PeriodicKernel()
+        kern.lengthscale = 1.2
+        kern.period_length = 2.5
+    elif name == "product":
+        a = k.RBFKernel(active_dims=[0])
+        a.lengthscale = 0.9
+        b = k.MaternKernel(nu=2.5, active_dims=list(range(1, D)))
+        b.lengthscale = 1.3
+        kern = a * b
+    else:
+        raise ValueError(name)
+    return kern
+
+
+def _model(kernel_name="ard", mean="zero", n=14, D=3, seed=0, batch=()):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(*batch, n, D, generator=gen, dtype=DTYPE) * 2 - 1
+    y = (
+        torch.sin(2 * x[..., 0]) * x[..., 1]
+        + 0.3 * x[..., -1]
+        + 0.05 * torch.randn(*batch, n, generator=gen, dtype=DTYPE)
+    )
+    means = {
+        "zero": gpytorch.means.ZeroMean(),
+        "constant": gpytorch.means.ConstantMean(),
+        "linear": gpytorch.means.LinearMean(D),
+    }
+    mean_module = means[mean]
+    if mean == "constant":
+        mean_module.constant = 0.4
+    if mean == "linear":
+        mean_module.weights.data = torch.linspace(-0.5, 0.8, D).unsqueeze(-1)
+        mean_module.bias.data.fill_(0.2)
+    model = ExactModel(x, y, _kernel(kernel_name, D), mean_module).to(DTYPE)
+    model.likelihood.noise = 0.04
+    return model.eval(), x
+
+
+def _posterior(model, pts):
+    with torch.no_grad():
+        out = model(pts)
+    return out.mean, out.covariance_matrix
+
+
+def _rel_close(a, b, rtol, what=""):
+    scale = b.abs().max().clamp_min(1e-300)
+    err = (a - b).abs().max() / scale
+    assert err <= rtol, f"{what}: relative error {err:.3e} > {rtol:.1e}"
+
+
+# =============================================================================================
+# gradient GP vs finite differences of GPyTorch's posterior
+# =============================================================================================
+GRAD_KERNELS = ["rbf", "ard", "linear", "rff", "rbf+linear", "matern52", "matern32", "rq", "periodic", "product"]
+
+
+@pytest.mark.parametrize("kernel_name", GRAD_KERNELS)
+@pytest.mark.parametrize("mean", ["zero", "linear"])
+def test_gradient_gp_matches_finite_differences(kernel_name, mean):
+    model, X = _model(kernel_name, mean)
+    D = X.size(-1)
+    gen = torch.Generator().manual_seed(1)
+    xs = torch.rand(3, D, generator=gen, dtype=DTYPE) * 2 - 1
+    xs[2] = X[4]  # a training input: coincident points
+    with torch.no_grad():
+        grad = PosteriorGradient(model)(xs)
+        cov = grad.covariance_matrix
+    h = 1e-4
+    eye = torch.eye(D, dtype=DTYPE)
+    # all points x_p ± h e_i, jointly
+    plus = (xs.unsqueeze(1) + h * eye).reshape(-1, D)
+    minus = (xs.unsqueeze(1) - h * eye).reshape(-1, D)
+    mean_pm, cov_pm = _posterior(model, torch.cat([plus, minus]))
+    m3 = xs.size(0) * D
+    fd_mean = (mean_pm[:m3] - mean_pm[m3:]) / (2 * h)
+    c = cov_pm
+    fd_cov = (c[:m3, :m3] - c[:m3, m3:] - c[m3:, :m3] + c[m3:, m3:]) / (4 * h * h)
+    _rel_close(grad.mean.reshape(-1), fd_mean, 1e-6, "gradient mean vs FD")
+    _rel_close(cov, fd_cov, 5e-4, "gradient covariance vs FD")  # FD of a covariance: O(h^2) + cancellation
+    torch.testing.assert_close(grad.variance.reshape(-1), cov.diagonal())
+
+
+# =============================================================================================
+# IG vs quadrature of the gradient GP
+# =============================================================================================
+def _ig_by_quadrature(model, xs, baselines, nodes=120):
+    """IG mean and joint covariance from the gradient GP at Gauss–Legendre nodes along each path."""
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    t = torch.as_tensor((t + 1) / 2, dtype=DTYPE)
+    w = torch.as_tensor(w / 2, dtype=DTYPE)
+    m, D = xs.shape
+    k = baselines.size(0)
+    # path points: (k, m, nodes, D)
+    delta = xs.unsqueeze(0) - baselines.unsqueeze(1)  # (k, m, D)
+    pts = baselines[:, None, None, :] + t[None, None, :, None] * delta[:, :, None, :]
+    with torch.no_grad():
+        g = PosteriorGradient(model)(pts.reshape(-1, D))
+        gm = g.mean.reshape(k, m, nodes, D)
+        gc = g.covariance_matrix.reshape(k, m, nodes, D, k, m, nodes, D)
+    # IG_i = mean_r Δ_ri Σ_t w_t ∂_i f(u_r(t))
+    coef = w[None, None, :, None] * delta[:, :, None, :] / k  # (k, m, nodes, D)
+    mean = (coef * gm).sum((0, 2))  # (m, D)
+    cov = torch.einsum("rptd,rptdsque,sque->pdqe", coef, gc, coef)
+    return mean, cov.reshape(m * D, m * D)
+
+
+IG_KERNELS = ["rbf", "ard", "linear", "rff", "rbf+linear", "matern52"]
+
+
+@pytest.mark.parametrize("kernel_name", IG_KERNELS)
+@pytest.mark.parametrize("num_baselines", [1, 3])
+def test_ig_matches_quadrature_of_gradient_gp(kernel_name, num_baselines):
+    model, X = _model(kernel_name, "linear")
+    D = X.size(-1)
+    gen = torch.Generator().manual_seed(2)
+    xs = torch.rand(3, D, generator=gen, dtype=DTYPE) * 2 - 1
+    baselines = torch.rand(num_baselines, D, generator=gen, dtype=DTYPE) - 0.5
+    with torch.no_grad():
+        attr = IntegratedGradients(model, baseline=baselines, order=64)(xs)
+        cov = attr.covariance_matrix
+    q_mean, q_cov = _ig_by_quadrature(model, xs, baselines)
+    tol = 1e-9 if kernel_name in ("rbf", "ard", "linear", "rff", "rbf+linear") else 1e-6
+    _rel_close(attr.mean, q_mean, tol, "IG mean vs quadrature")
+    _rel_close(cov, q_cov, tol, "IG covariance vs quadrature")
+    blocks = attr.lazy_covariance_matrix.point_blocks()
+    ref_blocks = torch.stack([q_cov[p * D : (p + 1) * D, p * D : (p + 1) * D] for p in range(3)])
+    _rel_close(blocks, ref_blocks, tol, "IG point blocks")
+
+
+# =============================================================================================
+# completeness
+# =============================================================================================
+@pytest.mark.parametrize("kernel_name", ["rbf", "ard", "linear", "rff", "rbf+linear", "matern52", "rq"])
+@pytest.mark.parametrize("mean", ["zero", "constant", "linear"])
+def test_completeness_in_mean_and_distribution(kernel_name, mean):
+    model, X = _model(kernel_name, mean)
+    gen = torch.Generator().manual_seed(3)
+    xs = torch.rand(4, X.size(-1), generator=gen, dtype=DTYPE) * 2 - 1
+    for baseline in (None, torch.rand(2, X.size(-1), generator=gen, dtype=DTYPE)):
+        with torch.no_grad():
+            gaps = IntegratedGradients(model, baseline=baseline, order=48).completeness(xs)
+        tol = 1e-10 if kernel_name not in ("matern52", "rq") else 1e-7
+        scale_m = gaps.prediction_difference_mean.abs().max()
+        scale_v = gaps.prediction_difference_variance.abs().max()
+        assert gaps.mean_gap.abs().max() <= tol * max(1.0, scale_m), gaps
+        assert gaps.variance_gap.abs().max() <= tol * max(1.0, scale_v), gaps
+
+
+# =============================================================================================
+# Monte Carlo over posterior function samples
+# =============================================================================================
+def test_ig_monte_carlo_over_posterior_samples():
+    """IG computed on each posterior function sample (finite differences + Gauss–Legendre along the
+    path) has the mean and covariance of the IG GP within 4.5 standard errors."""
+    model, X = _model("ard", "zero", n=10, D=2)
+    D = 2
+    xs = torch.tensor([[0.7, -0.4], [-0.2, 0.5]], dtype=DTYPE)
+    b = torch.tensor([0.1, 0.0], dtype=DTYPE)
+    nodes, h = 16, 1e-3
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    t = torch.as_tensor((t + 1) / 2, dtype=DTYPE)
+    w = torch.as_tensor(w / 2, dtype=DTYPE)
+    eye = torch.eye(D, dtype=DTYPE)
+    delta = xs - b
+    path = b + t[None, :, None] * delta[:, None, :]  # (m, nodes, D)
+    pts = torch.stack([path[..., None, :] + h * eye, path[..., None, :] - h * eye], dim=0)  # (2, m, nodes, D, D)
+    mean, cov = _posterior(model, pts.reshape(-1, D))
+    gen = torch.Generator().manual_seed(5)
+    L = torch.linalg.cholesky(cov + 1e-10 * torch.eye(cov.size(0), dtype=DTYPE))
+    S = 20000
+    f = mean + (L @ torch.randn(cov.size(0), S, generator=gen, dtype=DTYPE)).T  # (S, P)
+    f = f.reshape(S, 2, 2, nodes, D)
+    grads = (f[:, 0] - f[:, 1]) / (2 * h)  # (S, m, nodes, D): ∂_i f at path nodes
+    ig = (grads * w[None, None, :, None]).sum(2) * delta  # (S, m, D)
+    ig = ig.reshape(S, -1)
+    with torch.no_grad():
+        attr = IntegratedGradients(model, baseline=b)(xs)
+    mu, sigma = attr.mean.reshape(-1), attr.covariance_matrix
+    emp_mean = ig.mean(0)
+    emp_cov = torch.cov(ig.T)
+    se_mean = (sigma.diagonal() / S).sqrt()
+    assert ((emp_mean - mu).abs() / se_mean).max() < 4.5
+    se_cov = ((sigma.diagonal()[:, None] * sigma.diagonal()[None, :] + sigma**2) / S).sqrt()
+    assert ((emp_cov - sigma).abs() / se_cov).max() < 4.5
+    # and the test can tell the posterior from the prior-scale covariance
+    assert ((emp_cov - 2 * sigma).abs() / se_cov).max() > 4.5
+
+
+# =============================================================================================
+# stability
+# =============================================================================================
+@pytest.mark.parametrize("kernel_name", ["ard", "matern52"])
+def test_stability_at_near_and_far_from_baseline(kernel_name):
+    model, X = _model(kernel_name, "zero")
+    D = X.size(-1)
+    b = torch.zeros(D, dtype=DTYPE)
+    direction = torch.linspace(0.3, 1.0, D, dtype=DTYPE)
+    xs = torch.stack([b, b + 1e-8 * direction, b + 5.0 * direction, X[3]])
+    ig = IntegratedGradients(model, baseline=b)
+    with torch.no_grad():
+        attr = ig(xs)
+        blocks = attr.lazy_covariance_matrix.point_blocks()
+    assert torch.isfinite(attr.mean).all() and torch.isfinite(blocks).all()
+    assert torch.equal(attr.mean[0], torch.zeros(D, dtype=DTYPE))
+    assert torch.equal(blocks[0], torch.zeros(D, D, dtype=DTYPE))
+    # x ≈ b: attribution ≈ Δ ⊙ ∇E[f](b), variance ≈ Δ Δᵀ ⊙ Cov(∇f(b))
+    with torch.no_grad():
+        g = PosteriorGradient(model)(b.unsqueeze(0))
+    d = 1e-8 * direction
+    _rel_close(attr.mean[1], d * g.mean[0], 1e-6, "IG near the baseline")
+    gb = g.lazy_covariance_matrix.point_blocks()[0]
+    _rel_close(blocks[1], d[:, None] * gb * d[None, :], 1e-6, "IG covariance near the baseline")
+    # completeness far away and through a training input
+    gaps = ig.completeness(xs)
+    assert gaps.mean_gap.abs().max() < 1e-7 and gaps.variance_gap.abs().max() < 1e-7
+
+
+# =============================================================================================
+# batches, dtype, GPX
+# =============================================================================================
+def test_batch_model():
+    model, X = _model("ard", "zero", batch=(2,))
+    xs = torch.rand(3, X.size(-1), dtype=DTYPE)
+    b = torch.zeros(X.size(-1), dtype=DTYPE)
+    with torch.no_grad():
+        attr = IntegratedGradients(model, baseline=b)(xs)
+        grad = PosteriorGradient(model)(xs)
+    assert attr.mean.shape == (2, 3, X.size(-1)) and grad.mean.shape == (2, 3, X.size(-1))
+    assert attr.variance.shape == (2, 3, X.size(-1))
+    # each batch member equals a single model with that member's data and hyperparameters
+    for i in range(2):
+        single = ExactModel(X[i], model.train_targets[i], _kernel("ard", X.size(-1))).to(DTYPE)
+        single.likelihood.noise = 0.04
+        single.eval()
+        with torch.no_grad():
+            ref = IntegratedGradients(single, baseline=b)(xs)
+        _rel_close(attr.mean[i], ref.mean, 1e-10, "batch mean")
+        _rel_close(attr.covariance_matrix[i], ref.covariance_matrix, 1e-10, "batch covariance")
+
+
+def test_float32_model_runs():
+    model, X = _model("ard", "constant")
+    model = model.float()
+    xs = torch.rand(3, X.size(-1))
+    with torch.no_grad():
+        attr = IntegratedGradients(model)(xs)
+        gaps = IntegratedGradients(model).completeness(xs)
+    assert attr.mean.dtype == torch.float32 and torch.isfinite(attr.variance).all()
+    assert gaps.mean_gap.abs().max() < 1e-4
+
+
+def test_gpx_model_attributions():
+    from gpytorch_explain import GPXModel
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(25, 2, generator=gen, dtype=DTYPE)
+    y = x[:, 0] * torch.sin(x[:, 1])
+    model = GPXModel(x, y).fit(max_iter=15)
+    xs = torch.randn(3, 2, generator=gen, dtype=DTYPE)
+    with torch.no_grad():
+        grad = PosteriorGradient(model)(xs)
+        ig = IntegratedGradients(model)
+        gaps = ig.completeness(xs)
+        # E[∇f] = ∇ E[f]: finite differences of GPX's predictive mean (the weight noise has mean 0)
+        h = 1e-5
+        fd = torch.stack(
+            [(model(xs + h * e).mean - model(xs - h * e).mean) / (2 * h) for e in torch.eye(2, dtype=DTYPE)], -1
+        )
+    _rel_close(grad.mean, fd, 1e-6, "GPX gradient mean")
+    assert gaps.mean_gap.abs().max() < 1e-8 and gaps.variance_gap.abs().max() < 1e-8
+    zsep = GPXModel(x, y, torch.randn(25, 3, generator=gen, dtype=DTYPE))
+    with pytest.raises(NotImplementedError, match="z = x"):
+        PosteriorGradient(zsep)
+
+
+# =============================================================================================
+# bad input
+# =============================================================================================
+def test_bad_input_errors():
+    from gpytorch_explain import ModelStateError
+
+    model, X = _model("ard", "zero")
+    D = X.size(-1)
+    with pytest.raises(ValueError, match="baseline"):
+        IntegratedGradients(model, baseline=torch.zeros(D + 1, dtype=DTYPE))
+    with pytest.raises(ValueError, match="baseline"):
+        IntegratedGradients(model, baseline=torch.zeros(2, 2, D, dtype=DTYPE))
+    with pytest.raises(ValueError, match="NaN"):
+        IntegratedGradients(model, baseline=torch.full((D,), math.nan, dtype=DTYPE))
+    with pytest.raises(TypeError, match="dtype"):
+        IntegratedGradients(model, baseline=torch.zeros(D))
+    ig = IntegratedGradients(model)
+    with pytest.raises(ValueError, match="columns"):
+        ig(torch.zeros(2, D + 1, dtype=DTYPE))
+    with pytest.raises(ValueError, match="NaN"):
+        ig(torch.full((2, D), math.inf, dtype=DTYPE))
+    with pytest.raises(ValueError, match=r"\(m, D\)"):
+        ig(torch.zeros(D, dtype=DTYPE))
+    with pytest.raises(TypeError, match="floating"):
+        ig(torch.zeros(2, D, dtype=torch.long))
+    model.train()
+    with pytest.raises(ModelStateError, match="eval"):
+        ig(torch.zeros(2, D, dtype=DTYPE))
+    model.eval()
+    empty = ExactModel(None, None, _kernel("ard", D)).to(DTYPE).eval()
+    with pytest.raises(ModelStateError, match="training data"):
+        PosteriorGradient(empty)(torch.zeros(2, D, dtype=DTYPE))
+    m12, X12 = _model("rbf", "zero")
+    m12.covar_module = gpytorch.kernels.MaternKernel(nu=0.5).to(DTYPE)
+    with pytest.raises((NotImplementedError, ValueError), match="(?i)differentiable|nu"):
+        PosteriorGradient(m12)(X12[:2])
+    with pytest.raises(TypeError, match="ExactGP"):
+        PosteriorGradient(torch.nn.Linear(2, 1))
+
+
+def test_approximate_gp_not_implemented():
+    class SVGP(gpytorch.models.ApproximateGP):
+        def __init__(self):
+            inducing = torch.rand(5, 2, dtype=DTYPE)
+            dist = gpytorch.variational.CholeskyVariationalDistribution(5)
+            strategy = gpytorch.variational.VariationalStrategy(self, inducing, dist)
+            super().__init__(strategy)
+
+        def forward(self, x):  # pragma: no cover - never called
+            raise AssertionError
+
+    with pytest.raises(NotImplementedError, match="ApproximateGP"):
+        IntegratedGradients(SVGP())
