@@ -395,3 +395,40 @@ def test_approximate_gp_not_implemented():
 
     with pytest.raises(NotImplementedError, match="ApproximateGP"):
         IntegratedGradients(SVGP())
+
+
+def test_quadrature_error_estimate():
+    model, X = _model("matern52", "zero")
+    xs = torch.rand(2, X.size(-1), dtype=DTYPE)
+    ig = IntegratedGradients(model, order=32)
+    mean_err, var_err = ig.quadrature_error(xs)
+    assert mean_err.shape == (2, X.size(-1)) and mean_err.max() < 1e-8 and var_err.max() < 1e-8
+    coarse = IntegratedGradients(model, order=4)
+    mean_err2, var_err2 = coarse.quadrature_error(xs)
+    assert max(mean_err2.max(), var_err2.max()) > 100 * max(mean_err.max(), var_err.max(), 1e-14)
+    rbf_model, _ = _model("ard", "zero")
+    e_mean, e_var = IntegratedGradients(rbf_model).quadrature_error(xs)
+    assert e_mean.max() == 0 and e_var.max() == 0  # closed form: no quadrature
+
+
+def test_attribution_plots(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from gpytorch_explain.attribution import plot_attribution_bars, plot_attribution_path
+
+    model, X = _model("ard", "zero")
+    D = X.size(-1)
+    ig = IntegratedGradients(model, baseline=torch.zeros(D, dtype=DTYPE))
+    with torch.no_grad():
+        attr = ig(X[:2])
+    ax = plot_attribution_bars(attr, 1, [f"f{j}" for j in range(D)])
+    assert sorted(t.get_text() for t in ax.get_yticklabels()) == [f"f{j}" for j in range(D)]
+    widths = sorted(abs(p.get_width()) for p in ax.patches)
+    np.testing.assert_allclose(widths, sorted(attr.mean[1].abs().tolist()))
+    ax.figure.savefig(tmp_path / "bars.png")
+    ax = plot_attribution_path(ig, X[0], num=12)
+    assert len(ax.lines) >= D and len(ax.collections) == D  # one ±2σ band per feature
+    ax.figure.savefig(tmp_path / "path.png")
+    with pytest.raises(ValueError, match="single baseline"):
+        plot_attribution_path(IntegratedGradients(model, baseline=torch.zeros(2, D, dtype=DTYPE)), X[0])

@@ -17,7 +17,6 @@ import pytest
 import torch
 from scipy.integrate import dblquad, quad_vec
 
-from gpytorch_explain.attribution import rbf
 from gpytorch_explain.attribution.rbf import (
     _segment_moments,
     _self_moments,
@@ -603,6 +602,8 @@ def test_timing_print():
     x = torch.randn(m, D, generator=g, dtype=DT)
     ell = torch.rand(1, D, generator=g, dtype=DT) + 0.5
     b = X.mean(0, keepdim=True)
+    threads = torch.get_num_threads()
+    print(f"\n(torch threads: {threads}; the thread pools of numpy/scipy can oversubscribe a small machine)")
     for name, fn in (
         ("rbf_ig_cross (m=500, n=1600, D=11, k=1)", lambda: rbf_ig_cross(x, b, X, ell)),
         ("rbf_ig_point (m=500, D=11, k=1)", lambda: rbf_ig_point(x, b, ell)),
@@ -614,4 +615,3 @@ def test_timing_print():
             fn()
             best = min(best, time.perf_counter() - t0)
         print(f"{name}: {best * 1e3:.1f} ms")
-    assert rbf._CHUNK > 0

@@ -44,8 +44,9 @@ def plot_attribution_bars(
         2
     """
     plt = _pyplot()
-    mean = attributions.mean[..., i, :].detach().cpu()
-    std = attributions.variance[..., i, :].detach().clamp_min(0).sqrt().cpu()
+    with torch.no_grad():
+        mean = attributions.mean[..., i, :].detach().cpu()
+        std = attributions.variance[..., i, :].detach().clamp_min(0).sqrt().cpu()
     if mean.dim() != 1:
         raise ValueError("plot_attribution_bars expects a non-batch attribution distribution.")
     names = list(feature_names) if feature_names is not None else [f"x{j}" for j in range(mean.numel())]
@@ -103,8 +104,8 @@ def plot_attribution_path(
     pts = b + t.unsqueeze(-1) * (x - b)
     with torch.no_grad():
         attr = ig(pts)
-    mean = attr.mean.cpu()
-    std = attr.variance.clamp_min(0).sqrt().cpu()
+        mean = attr.mean.detach().cpu()
+        std = attr.variance.detach().clamp_min(0).sqrt().cpu()
     features = list(features) if features is not None else list(range(x.numel()))
     names = list(feature_names) if feature_names is not None else [f"x{j}" for j in range(x.numel())]
     if ax is None:

@@ -215,6 +215,23 @@ class _FunctionalPosterior:
         covar = AttributionPosteriorLinearOperator(x, rows, factor, factor_type=factor_type, derived=derived)
         return MultitaskMultivariateNormal(mean, covar, interleaved=True)
 
+    def quadrature_error(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        r"""Estimated quadrature error of the means and variances at ``x``, each ``(m, D)``.
+
+        The absolute difference between the results at ``order`` and at ``order // 2``
+        Gauss–Legendre nodes (an indicator, not a bound: it is large when the lower order has not
+        converged and at round-off level when both have). Zero for the closed-form kernels.
+        """
+        import copy
+
+        coarse = copy.copy(self)
+        coarse.order = max(2, self.order // 2)
+        with torch.no_grad():
+            fine_post, coarse_post = self(x), coarse(x)
+            mean_err = (fine_post.mean - coarse_post.mean).abs()
+            var_err = (fine_post.variance - coarse_post.variance).abs()
+        return mean_err, var_err
+
 
 class PosteriorGradient(_FunctionalPosterior):
     r"""The posterior of the gradient :math:`\nabla f(\mathbf x)` of a trained GPyTorch ``ExactGP``.

@@ -29,9 +29,17 @@ against a point :math:`\mathbf X` is :math:`e^{-q(t)}`, :math:`q(t) = \tfrac12 (
 :math:`C = \|(\mathbf b - \mathbf X)/\boldsymbol\ell\|^2` (so :math:`AC \ge B^2`). All IG covariances reduce to
 the moments :math:`I_p = \int_0^1 t^p e^{-q(t)}\, dt`, :math:`p = 0, 1, 2`, evaluated stably by
 :func:`_segment_moments` (scaled-complementary-error-function forms for long segments, a Gauss–Legendre rule for
-short ones). IG–IG covariances integrate these moments once more over the other path (adaptive composite
-Gauss–Legendre, :func:`_pair_moments`), except for the variance case of a path with itself, which has the exact
-one-dimensional closed form of :func:`_self_moments`.
+short ones). IG–IG covariances integrate these moments once more over the other path (composite Gauss–Legendre
+on the part of the path where the integrand is not negligible, with panels sized from the path length,
+:func:`_pair_plan`, :func:`_pair_moments`), in coordinates centred where the two paths come closest and split
+along/across the inner path so that nothing large cancels (:func:`_ig_pair_blocks`); the variance case of a path
+with itself has the exact one-dimensional closed form of :func:`_self_moments`. For :math:`D = 1` the IG is
+:math:`f(\mathbf x) - \bar f(\mathbf b)` and paths longer than a lengthscale use that (kernel differences) directly.
+
+Accuracy (float64, against mpmath and brute-force quadrature; see ``tests/test_attribution_rbf.py``): segment
+moments to ~1e-15 relative for short segments and ~1e-12 for long ones (~1e-10 when :math:`e^{-q}` is
+:math:`< 10^{-170}`); IG–IG covariances converged to ~1e-14 relative to their largest entry for paths up to
+:math:`\|\boldsymbol\Delta/\boldsymbol\ell\| = 100`.
 
 All functions are batched (leading batch dimensions broadcast between the inputs and the lengthscales), work for
 any floating dtype and device, and are differentiable with respect to the inputs and the lengthscales (the
@@ -429,8 +437,8 @@ def _pair_plan(EE: Tensor, Eo: Tensor, En: Tensor, oo: Tensor, on: Tensor, nn: T
     nn_s = torch.where(nn > 0, nn, torch.ones_like(nn))
     scalars = (EE, Eo, En, oo, on, nn, nn_s)
 
-    def m_of(s: Tensor) -> Tensor:
-        ee, eo, en, o2, on_, n2, n2s = (v.view(v.shape + (1,) * (s.dim() - v.dim())) for v in scalars)
+    def m_of(s: Tensor, sc: tuple[Tensor, ...] = scalars) -> Tensor:
+        ee, eo, en, o2, on_, n2, n2s = (v.view(v.shape + (1,) * (s.dim() - v.dim())) for v in sc)
         t = ((en + s * on_) / n2s).clamp(0, 1)
         return 0.5 * (ee + 2 * s * eo - 2 * t * en + s * s * o2 - 2 * s * t * on_ + t * t * n2)
 
@@ -452,22 +460,25 @@ def _pair_plan(EE: Tensor, Eo: Tensor, En: Tensor, oo: Tensor, on: Tensor, nn: T
         dim=-1,
     )
     cand = torch.nan_to_num(cand, nan=0.0).clamp(0, 1)
-    mc = m_of(cand)
-    m_min, arg = mc.min(-1)
+    m_min, arg = m_of(cand).min(-1)
     s_min = cand.gather(-1, arg.unsqueeze(-1)).squeeze(-1)
     thr = m_min + _PAIR_TAIL
-    out_lo, out_hi = m_of(torch.zeros_like(EE)) > thr, m_of(torch.ones_like(EE)) > thr
-    lo, hi = torch.zeros_like(EE), s_min.clone()  # m(lo) > thr ≥ m(hi)
-    lo2, hi2 = s_min.clone(), torch.ones_like(EE)  # m(lo2) ≤ thr < m(hi2)
-    for _ in range(24):
-        mid = (lo + hi) / 2
-        inside = m_of(mid) <= thr
-        hi, lo = torch.where(inside, mid, hi), torch.where(inside, lo, mid)
-        mid2 = (lo2 + hi2) / 2
-        inside2 = m_of(mid2) <= thr
-        lo2, hi2 = torch.where(inside2, mid2, lo2), torch.where(inside2, hi2, mid2)
-    s_lo = torch.where(out_lo, lo, torch.zeros_like(lo))
-    s_hi = torch.where(out_hi, hi2, torch.ones_like(hi2))
+
+    def crossing(end: float) -> tuple[Tensor, Tensor]:
+        """Where m crosses thr between s_min and ``end``, for the pairs with m(end) > thr (outer bracket)."""
+        sel = (m_of(torch.full_like(EE, end)) > thr).nonzero().squeeze(-1)
+        inner, outer = s_min[sel], torch.full_like(s_min[sel], end)  # m(inner) ≤ thr < m(outer)
+        sc, th = tuple(v[sel] for v in scalars), thr[sel]
+        for _ in range(24):
+            mid = (inner + outer) / 2
+            inside = m_of(mid, sc) <= th
+            inner, outer = torch.where(inside, mid, inner), torch.where(inside, outer, mid)
+        return sel, outer
+
+    sel, at = crossing(0.0)
+    s_lo = torch.zeros_like(EE).index_put((sel,), at)
+    sel, at = crossing(1.0)
+    s_hi = torch.ones_like(EE).index_put((sel,), at)
     length = (s_hi - s_lo).clamp_min(0)
     rise = torch.maximum(m_of(s_lo), m_of(s_hi)) - m_min
     panels = torch.maximum(oo.sqrt() * length / _PANEL_WIDTH, rise / _PANEL_RISE)
@@ -701,7 +712,7 @@ def rbf_ig_joint(x1: Tensor, baselines: Tensor, x2: Tensor, ell: Tensor, baselin
     E = (b1.unsqueeze(-2) - b2) / ell4  # (*, k1, k2, D)
     k1, k2, m1, m2 = b1.size(0), b2.size(0), x1.size(-2), x2.size(-2)
     outs = []
-    for sl in _chunks(m1, k1 * k2 * m2 * 4 * dims * (dims + 8)):
+    for sl in _chunks(m1, k1 * k2 * m2 * dims * (dims + 8)):
         blocks = _ig_pair_blocks(
             d1[..., sl, :, None, None, :], d2[..., None, None, :, :, :], E[..., None, :, None, :, :]
         )  # (*, mc, k1, m2, k2, D, D)
@@ -727,7 +738,7 @@ def rbf_ig_point(x: Tensor, baselines: Tensor, ell: Tensor) -> Tensor:
     d = (x.unsqueeze(-2) - b) / ell4  # (*, m, k, D)
     E = (b.unsqueeze(-2) - b) / ell4  # (*, k, k, D)
     outs = []
-    for sl in _chunks(m, k * k * 4 * dims * (dims + 8)):
+    for sl in _chunks(m, k * k * dims * (dims + 8)):
         dc = d[..., sl, :, :]
         blocks = _ig_pair_blocks(dc.unsqueeze(-2), dc.unsqueeze(-3), E.unsqueeze(-4))  # (*, mc, k, k, D, D)
         outs.append(blocks.mean(dim=(-4, -3)))
