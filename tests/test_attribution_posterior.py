@@ -432,3 +432,29 @@ def test_attribution_plots(tmp_path):
     ax.figure.savefig(tmp_path / "path.png")
     with pytest.raises(ValueError, match="single baseline"):
         plot_attribution_path(IntegratedGradients(model, baseline=torch.zeros(2, D, dtype=DTYPE)), X[0])
+
+
+def test_iterative_and_love_paths():
+    """Above max_cholesky_size: CG solves (exact up to CG) or, under fast_pred_var, LOVE roots."""
+    import warnings
+
+    model, X = _model("ard", "zero", n=40)
+    xs = torch.rand(3, X.size(-1), dtype=DTYPE)
+    with torch.no_grad():
+        exact = IntegratedGradients(model, baseline=torch.zeros(X.size(-1), dtype=DTYPE))(xs)
+        exact_cov = exact.covariance_matrix
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.no_grad(), gpytorch.settings.max_cholesky_size(0), gpytorch.settings.eval_cg_tolerance(1e-10):
+            model.prediction_strategy = None
+            ig = IntegratedGradients(model, baseline=torch.zeros(X.size(-1), dtype=DTYPE))
+            cg = ig(xs)
+            assert cg.lazy_covariance_matrix.factor_type == "solve"
+            _rel_close(cg.mean, exact.mean, 1e-4, "CG mean")  # CG stalls near 1e-6 relative residual
+            _rel_close(cg.covariance_matrix, exact_cov, 1e-4, "CG covariance")
+            model.prediction_strategy = None
+            with gpytorch.settings.fast_pred_var(), gpytorch.settings.max_root_decomposition_size(40):
+                love = ig(xs)
+                assert love.lazy_covariance_matrix.factor_type == "root"
+                _rel_close(love.covariance_matrix, exact_cov, 1e-5, "full-rank LOVE covariance")
+    model.prediction_strategy = None

@@ -146,14 +146,17 @@ class _FunctionalPosterior:
         from ..models import GPXPredictionStrategy
 
         if type(strategy) in (DefaultPredictionStrategy, GPXPredictionStrategy):
-            return strategy.mean_cache
+            # the same solve (and tolerance) as the model's own predictions
+            with gsettings.cg_tolerance(gsettings.eval_cg_tolerance.value()):
+                return strategy.mean_cache
         # strategies whose mean cache lives elsewhere (feature, grid or inducing space): solve once
         # with the strategy's own training covariance and keep it with the strategy
         alpha = getattr(strategy, "_gpytorch_explain_alpha", None)
         if alpha is None:
             mvn = strategy.likelihood(strategy.train_prior_dist, strategy.train_inputs)
             offset = (strategy.train_labels - mvn.loc).unsqueeze(-1)
-            alpha = mvn.lazy_covariance_matrix.evaluate_kernel().solve(offset).squeeze(-1)
+            with gsettings.cg_tolerance(gsettings.eval_cg_tolerance.value()):
+                alpha = mvn.lazy_covariance_matrix.evaluate_kernel().solve(offset).squeeze(-1)
             if gsettings.detach_test_caches.on():
                 alpha = alpha.detach()
             strategy._gpytorch_explain_alpha = alpha
