@@ -458,3 +458,32 @@ def test_iterative_and_love_paths():
                 assert love.lazy_covariance_matrix.factor_type == "root"
                 _rel_close(love.covariance_matrix, exact_cov, 1e-5, "full-rank LOVE covariance")
     model.prediction_strategy = None
+
+
+def test_zero_variance_at_the_baseline_is_exact_and_quiet():
+    import warnings
+
+    model, X = _model("ard", "zero")
+    b = X[:2].mean(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        attr = IntegratedGradients(model, baseline=b)(torch.stack([b, X[0]]))
+        var = attr.variance
+    assert isinstance(attr, gpytorch.distributions.MultitaskMultivariateNormal)
+    assert torch.equal(var[0], torch.zeros_like(var[0])) and (var[1] > 0).all()
+
+
+def test_attribution_tutorial_runs(tmp_path, monkeypatch, capsys):
+    import importlib.util
+    import pathlib
+    import sys
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "tutorials" / "attribution_uncertainty.py"
+    spec = importlib.util.spec_from_file_location("attribution_uncertainty", path)
+    tutorial = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tutorial)
+    monkeypatch.setattr(sys, "argv", ["tutorial", "--out-dir", str(tmp_path)])
+    tutorial.main()
+    out = capsys.readouterr().out
+    assert "completeness" in out
+    assert (tmp_path / "attribution_path.png").stat().st_size > 0 and (tmp_path / "attribution_bars.png").exists()

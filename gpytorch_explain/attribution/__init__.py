@@ -3,9 +3,10 @@
 from .derived import DerivedCovariance, functional_mean
 from .functionals import Gradient, IntegratedGradient
 from .plotting import plot_attribution_bars, plot_attribution_path
-from .posterior import CompletenessGaps, IntegratedGradients, PosteriorGradient
+from .posterior import AttributionDistribution, CompletenessGaps, IntegratedGradients, PosteriorGradient
 
 __all__ = [
+    "AttributionDistribution",
     "CompletenessGaps",
     "DerivedCovariance",
     "Gradient",

@@ -3,6 +3,7 @@ r"""Attribution GPs of a trained GPyTorch model: posterior gradients and integra
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import gpytorch
@@ -20,7 +21,7 @@ from ..operators import AttributionPosteriorLinearOperator
 from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean
 from .functionals import Functional, Gradient, IntegratedGradient
 
-__all__ = ["PosteriorGradient", "IntegratedGradients", "CompletenessGaps"]
+__all__ = ["AttributionDistribution", "PosteriorGradient", "IntegratedGradients", "CompletenessGaps"]
 
 
 @dataclass
@@ -44,6 +45,27 @@ class CompletenessGaps:
     prediction_difference_mean: Tensor
     attribution_sum_variance: Tensor
     prediction_difference_variance: Tensor
+
+
+class AttributionDistribution(MultitaskMultivariateNormal):
+    r"""A ``MultitaskMultivariateNormal`` whose variances may be exactly zero.
+
+    An attribution at its own baseline is deterministic (:math:`\mathrm{IG}(\mathbf b) = \mathbf 0`),
+    so zero variances are correct there: ``.variance`` clamps round-off below zero to zero instead
+    of GPyTorch's ``min_variance`` (and its warning). Clearly negative values still warn.
+    """
+
+    @property
+    def variance(self) -> Tensor:
+        diag = self.lazy_covariance_matrix.diagonal(dim1=-1, dim2=-2)
+        scale = diag.abs().max().clamp_min(torch.finfo(diag.dtype).tiny)
+        if (diag < -1e3 * torch.finfo(diag.dtype).eps * scale).any():
+            warnings.warn("Negative attribution variances beyond round-off were clamped to zero.", stacklevel=2)
+        diag = diag.clamp_min(0)
+        if not self._interleaved:
+            new_shape = self._output_shape[:-2] + self._output_shape[:-3:-1]
+            return diag.view(new_shape).transpose(-1, -2).contiguous()
+        return diag.view(self._output_shape)
 
 
 class _GPXSmoothKernel(ProductKernel):
@@ -216,7 +238,7 @@ class _FunctionalPosterior:
         if self._mean is not None:
             mean = mean + functional_mean(self._mean, self.functional, x, order=self.order)
         covar = AttributionPosteriorLinearOperator(x, rows, factor, factor_type=factor_type, derived=derived)
-        return MultitaskMultivariateNormal(mean, covar, interleaved=True)
+        return AttributionDistribution(mean, covar, interleaved=True)
 
     def quadrature_error(self, x: Tensor) -> tuple[Tensor, Tensor]:
         r"""Estimated quadrature error of the means and variances at ``x``, each ``(m, D)``.
