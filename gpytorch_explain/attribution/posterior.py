@@ -13,11 +13,12 @@ from gpytorch.distributions import MultitaskMultivariateNormal
 from gpytorch.kernels import Kernel, LinearKernel, ProductKernel
 from gpytorch.likelihoods import _GaussianLikelihoodBase
 from gpytorch.models import ApproximateGP, ExactGP
-from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy, prediction_strategy
+from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
 from torch import Tensor
 
 from ..errors import ModelStateError
 from ..operators import AttributionPosteriorLinearOperator
+from ..utils import ensure_prediction_strategy
 from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean
 from .functionals import Functional, Gradient, IntegratedGradient
 
@@ -146,22 +147,12 @@ class _FunctionalPosterior:
         model = self.model
         if model.training:
             raise ModelStateError("Attributions need the model in eval mode: call model.eval() first.")
-        X = self._train_inputs()
+        self._train_inputs()  # raises when there is no training data
         from ..models import GPXModel
 
         if isinstance(model, GPXModel):
             return model._build_prediction_strategy()
-        if model.prediction_strategy is None:
-            train_inputs = list(model.train_inputs)
-            train_prior = model._get_train_prior_distribution(train_inputs)
-            model.prediction_strategy = prediction_strategy(
-                train_inputs=train_inputs,
-                train_prior_dist=train_prior,
-                train_labels=model.train_targets,
-                likelihood=model.likelihood,
-            )
-        del X
-        return model.prediction_strategy
+        return ensure_prediction_strategy(model)
 
     def _alpha(self, strategy) -> Tensor:
         r""":math:`\boldsymbol\alpha = \mathbf C^{-1}(\mathbf y - \mathbf m(\mathbf X))` in data space."""

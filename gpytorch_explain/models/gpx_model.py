@@ -25,7 +25,14 @@ from ..errors import ModelStateError
 from ..explanation import GPXExplanation
 from ..kernels import GPXKernel
 from ..operators import WeightPosteriorLinearOperator
-from ..utils import check_matrix, check_same_rows, check_vector, dense_gaussian_nll, median_heuristic_lengthscale
+from ..utils import (
+    check_matrix,
+    check_same_rows,
+    check_vector,
+    dense_gaussian_nll,
+    ensure_prediction_strategy,
+    median_heuristic_lengthscale,
+)
 
 __all__ = ["GPXModel", "GPXPredictionStrategy"]
 
@@ -257,16 +264,7 @@ class GPXModel(gpytorch.models.ExactGP):
         return super().__call__(inputs, **kwargs)
 
     def _build_prediction_strategy(self) -> GPXPredictionStrategy:
-        if self.prediction_strategy is None:
-            train_inputs = list(self.train_inputs)
-            train_prior = self._get_train_prior_distribution(train_inputs)
-            self.prediction_strategy = GPXPredictionStrategy(
-                train_inputs=train_inputs,
-                train_prior_dist=train_prior,
-                train_labels=self.train_targets,
-                likelihood=self.likelihood,
-            )
-        return self.prediction_strategy
+        return ensure_prediction_strategy(self, GPXPredictionStrategy)
 
     def _check_eval(self, what: str) -> None:
         if self.train_inputs is None or self.train_targets is None:

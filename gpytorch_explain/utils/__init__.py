@@ -1,3 +1,4 @@
+from .gp import ensure_prediction_strategy
 from .heuristics import median_heuristic_lengthscale
 from .linalg import dense_gaussian_nll
 from .validation import check_matrix, check_same_rows, check_vector
@@ -7,5 +8,6 @@ __all__ = [
     "check_same_rows",
     "check_vector",
     "dense_gaussian_nll",
+    "ensure_prediction_strategy",
     "median_heuristic_lengthscale",
 ]
