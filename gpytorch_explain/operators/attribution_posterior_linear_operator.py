@@ -33,18 +33,21 @@ class AttributionPosteriorLinearOperator(BlockPosteriorLinearOperator):
         :class:`BlockPosteriorLinearOperator`).
     :param factor_type: ``"cholesky"``, ``"root"`` or ``"solve"``.
     :param derived: A :class:`~gpytorch_explain.attribution.DerivedCovariance` for the prior.
+    :param middle: Optional symmetric middle matrix of the reduction (variational posteriors).
     """
 
-    def __init__(self, x: Tensor, rows: Tensor, factor, factor_type: str = "cholesky", derived=None):
+    def __init__(
+        self, x: Tensor, rows: Tensor, factor, factor_type: str = "cholesky", derived=None, middle: Tensor | None = None
+    ):
         if derived is None:
             raise ValueError("derived (a DerivedCovariance) is required.")
         if rows.shape[-3:-1] != x.shape[-2:]:
             raise ValueError(f"rows {tuple(rows.shape)} do not match x {tuple(x.shape)}.")
-        super().__init__(x, rows, factor, factor_type=factor_type, derived=derived)
+        super().__init__(x, rows, factor, factor_type=factor_type, derived=derived, middle=middle)
         self.x = x
         self.rows = rows
         self.derived = derived
-        self._init_factor(factor, factor_type)
+        self._init_factor(factor, factor_type, middle)
 
     @property
     def num_points(self) -> int:

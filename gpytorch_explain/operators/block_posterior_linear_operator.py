@@ -33,6 +33,11 @@ class BlockPosteriorLinearOperator(LinearOperator):
       (GPyTorch's LOVE cache, rank :math:`r`);
     * ``"solve"``: :math:`\mathbf C` itself as a LinearOperator, applied through CG.
 
+    With a symmetric ``middle`` matrix :math:`\mathbf M` the reduction is
+    :math:`\mathbf B^\top \mathbf F \mathbf M \mathbf F^\top \mathbf B` instead (:math:`\mathbf F = \mathbf L^{-\top}`
+    or :math:`\mathbf R`); variational posteriors use it with :math:`\mathbf M = \mathbf I - \mathbf S`
+    in whitened coordinates, which need not be positive semi-definite.
+
     The per-point :math:`d \times d` blocks (:meth:`point_blocks`, hence the diagonal) are computed
     once, in bounded-memory chunks, and cached; nothing of size :math:`md \times md` is formed
     unless :meth:`to_dense` is called.
@@ -42,11 +47,14 @@ class BlockPosteriorLinearOperator(LinearOperator):
     override the products with :math:`\mathbf B` when :math:`\mathbf B` has structure.
     """
 
-    def _init_factor(self, factor, factor_type: str) -> None:
+    def _init_factor(self, factor, factor_type: str, middle: Tensor | None = None) -> None:
         if factor_type not in FACTOR_TYPES:
             raise ValueError(f"factor_type must be one of {FACTOR_TYPES}, got {factor_type!r}.")
+        if middle is not None and factor_type == "solve":
+            raise ValueError("A middle matrix needs a 'cholesky' or 'root' factor.")
         self.factor = factor
         self.factor_type = factor_type
+        self.middle = middle
 
     # ------------------------------------------------------------------ interface
     @property
@@ -106,13 +114,19 @@ class BlockPosteriorLinearOperator(LinearOperator):
     def _apply_inverse(self, rhs: Tensor) -> Tensor:
         r""":math:`\mathbf C^{-1}` (or its root approximation) times ``rhs`` (``(*batch, n, t)``)."""
         if self.factor_type == "cholesky":
+            if self.middle is not None:
+                v = torch.linalg.solve_triangular(self.factor, rhs, upper=False)
+                return torch.linalg.solve_triangular(self.factor.mT, self.middle @ v, upper=True)
             return torch.cholesky_solve(rhs, self.factor, upper=False)
         if self.factor_type == "solve":
             tol = derived_solve_tolerance(self.dtype)
             max_iter = max(gsettings.max_cg_iterations.value(), 2 * rhs.size(-2))
             with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(max_iter):
                 return self.factor.solve(rhs)
-        return self.factor @ (self.factor.mT @ rhs)
+        inner = self.factor.mT @ rhs
+        if self.middle is not None:
+            inner = self.middle @ inner
+        return self.factor @ inner
 
     def _needs_grad(self) -> bool:
         return torch.is_grad_enabled() and any(t.requires_grad for t in self.representation())
@@ -170,7 +184,7 @@ class BlockPosteriorLinearOperator(LinearOperator):
         buffer = self._buffer()
         for points in self._chunks():
             v = self._factor_times_b(points, buffer)  # (P, d, r)
-            blocks.append(v @ v.mT)
+            blocks.append((v @ self.middle if self.middle is not None else v) @ v.mT)
         return torch.cat(blocks, dim=-3)
 
     def point_blocks(self) -> Tensor:
@@ -201,4 +215,4 @@ class BlockPosteriorLinearOperator(LinearOperator):
             return prior - 0.5 * (red + red.mT)
         v = torch.cat([self._factor_times_b(points) for points in self._chunks()], dim=-3)  # (m, d, r)
         v = v.reshape(*v.shape[:-3], m * d, v.size(-1))
-        return prior - v @ v.mT
+        return prior - (v @ self.middle if self.middle is not None else v) @ v.mT
