@@ -487,3 +487,33 @@ def test_attribution_tutorial_runs(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "completeness" in out
     assert (tmp_path / "attribution_path.png").stat().st_size > 0 and (tmp_path / "attribution_bars.png").exists()
+
+
+def test_derived_kernels_are_gpytorch_kernels():
+    from gpytorch_explain.attribution import GradientKernel, IntegratedGradientKernel
+
+    base = _kernel("ard", 3).to(DTYPE)
+    gen = torch.Generator().manual_seed(9)
+    x1 = torch.rand(4, 3, generator=gen, dtype=DTYPE)
+    x2 = torch.rand(2, 3, generator=gen, dtype=DTYPE)
+    gk = GradientKernel(base)
+    K = gk(x1, x2).to_dense()
+    assert K.shape == (12, 6)
+    # ∂_i ∂'_j k by central differences of the base kernel
+    h = 1e-4
+    eye = torch.eye(3, dtype=DTYPE)
+    ref = torch.zeros(4, 3, 2, 3, dtype=DTYPE)
+    with torch.no_grad():
+        for i in range(3):
+            for j in range(3):
+                kpp = base(x1 + h * eye[i], x2 + h * eye[j]).to_dense()
+                kpm = base(x1 + h * eye[i], x2 - h * eye[j]).to_dense()
+                kmp = base(x1 - h * eye[i], x2 + h * eye[j]).to_dense()
+                kmm = base(x1 - h * eye[i], x2 - h * eye[j]).to_dense()
+                ref[:, i, :, j] = (kpp - kpm - kmp + kmm) / (4 * h * h)
+    _rel_close(K.detach(), ref.reshape(12, 6), 1e-6, "gradient kernel")
+    torch.testing.assert_close(gk(x1, diag=True), gk(x1).to_dense().diagonal())
+    igk = IntegratedGradientKernel(base, torch.zeros(3, dtype=DTYPE))
+    assert igk(x1).to_dense().shape == (12, 12) and igk.cross_covariance(x1, x2).shape == (12, 2)
+    # the kernel shares the base kernel's hyperparameters
+    assert any(p is base.raw_outputscale for p in igk.parameters())

@@ -2,6 +2,7 @@
 
 from .derived import DerivedCovariance, functional_mean
 from .functionals import Gradient, IntegratedGradient
+from .kernels import DerivedKernel, GradientKernel, IntegratedGradientKernel
 from .plotting import plot_attribution_bars, plot_attribution_path
 from .posterior import AttributionDistribution, CompletenessGaps, IntegratedGradients, PosteriorGradient
 
@@ -9,6 +10,9 @@ __all__ = [
     "AttributionDistribution",
     "CompletenessGaps",
     "DerivedCovariance",
+    "DerivedKernel",
+    "GradientKernel",
+    "IntegratedGradientKernel",
     "Gradient",
     "IntegratedGradient",
     "IntegratedGradients",
