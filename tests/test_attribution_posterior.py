@@ -382,7 +382,9 @@ def test_bad_input_errors():
         PosteriorGradient(torch.nn.Linear(2, 1))
 
 
-def test_approximate_gp_not_implemented():
+def test_approximate_gp_without_covar_module_is_a_clear_error():
+    """A variational model whose prior is not `covar_module` cannot be attributed; the error says why."""
+
     class SVGP(gpytorch.models.ApproximateGP):
         def __init__(self):
             inducing = torch.rand(5, 2, dtype=DTYPE)
@@ -393,7 +395,7 @@ def test_approximate_gp_not_implemented():
         def forward(self, x):  # pragma: no cover - never called
             raise AssertionError
 
-    with pytest.raises(NotImplementedError, match="ApproximateGP"):
+    with pytest.raises(NotImplementedError, match="covar_module"):
         IntegratedGradients(SVGP())
 
 

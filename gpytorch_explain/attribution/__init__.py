@@ -5,6 +5,7 @@ from .functionals import Gradient, IntegratedGradient
 from .kernels import DerivedKernel, GradientKernel, IntegratedGradientKernel
 from .plotting import plot_attribution_bars, plot_attribution_path
 from .posterior import AttributionDistribution, CompletenessGaps, IntegratedGradients, PosteriorGradient
+from .variational import variational_functional_posterior
 
 __all__ = [
     "AttributionDistribution",
@@ -20,4 +21,5 @@ __all__ = [
     "functional_mean",
     "plot_attribution_bars",
     "plot_attribution_path",
+    "variational_functional_posterior",
 ]

@@ -94,10 +94,10 @@ class _FunctionalPosterior:
     @staticmethod
     def _model_parts(model) -> tuple[Kernel, gpytorch.means.Mean | None, int]:
         if isinstance(model, ApproximateGP):
-            raise NotImplementedError(
-                "Attribution GPs for ApproximateGP (variational) models are not supported yet; "
-                "PosteriorGradient and IntegratedGradients take an ExactGP with a Gaussian likelihood."
-            )
+            from .variational import variational_model_parts
+
+            kernel, mean = variational_model_parts(model)
+            return kernel, mean, None
         if not isinstance(model, ExactGP):
             raise TypeError(f"model must be a gpytorch ExactGP, got {type(model).__name__}.")
         if not isinstance(model.likelihood, _GaussianLikelihoodBase):
@@ -127,6 +127,10 @@ class _FunctionalPosterior:
 
     def _train_inputs(self) -> Tensor:
         model = self.model
+        if isinstance(model, ApproximateGP):  # the inducing points stand in for the training inputs
+            from .variational import variational_inducing_points
+
+            return variational_inducing_points(model)
         if model.train_inputs is None or model.train_targets is None:
             raise ModelStateError("Attributions need a model with training data; this one has none.")
         if len(model.train_inputs) != 1:
@@ -215,6 +219,10 @@ class _FunctionalPosterior:
     # ------------------------------------------------------------------ the posterior
     def __call__(self, x: Tensor) -> MultitaskMultivariateNormal:
         x = self._check_x(x)
+        if isinstance(self.model, ApproximateGP):
+            from .variational import variational_functional_posterior
+
+            return variational_functional_posterior(self.model, self.functional, x, order=self.order)
         strategy = self._strategy()
         X = self._train_inputs()
         if self._dims is not None:  # GPX with z = x: the kernel input is x itself
@@ -250,7 +258,15 @@ class _FunctionalPosterior:
 
 
 class PosteriorGradient(_FunctionalPosterior):
-    r"""The posterior of the gradient :math:`\nabla f(\mathbf x)` of a trained GPyTorch ``ExactGP``.
+    r"""The posterior of the gradient :math:`\nabla f(\mathbf x)` of a trained GPyTorch model.
+
+    Exact GPs (``ExactGP`` with a Gaussian likelihood, including :class:`~gpytorch_explain.GPXModel`
+    with :math:`\mathbf z = \mathbf x`) are conditioned on their training data; variational models
+    (``ApproximateGP`` with a ``VariationalStrategy``, ``UnwhitenedVariationalStrategy`` or an
+    independent multitask wrapper of one) use their :math:`q(\mathbf u)`:
+    :math:`\mathbb E = \mathbf K_{\partial *, U}\mathbf K_{UU}^{-1}\mathbf m`,
+    :math:`\operatorname{Cov} = \mathbf K_{\partial\partial} - \mathbf K_{\partial *,U}\mathbf K_{UU}^{-1}
+    (\mathbf K_{UU} - \mathbf S)\mathbf K_{UU}^{-1}\mathbf K_{U,\partial *}` (whitened equivalents).
 
     Differentiation is linear, so under the GP posterior the gradient is a GP:
 
@@ -291,7 +307,7 @@ class PosteriorGradient(_FunctionalPosterior):
 
 
 class IntegratedGradients(_FunctionalPosterior):
-    r"""The posterior of the integrated-gradient attributions of a trained GPyTorch ``ExactGP``.
+    r"""The posterior of the integrated-gradient attributions of a trained GPyTorch model (exact or variational).
 
     .. math::
 
@@ -304,10 +320,12 @@ class IntegratedGradients(_FunctionalPosterior):
     which is still a GP. Completeness holds in mean and in distribution:
     :math:`\sum_i \mathrm{IG}_i(\mathbf x) = f(\mathbf x) - \bar f(\mathbf b)` (see :meth:`completeness`).
 
-    :param model: A trained ``ExactGP`` (eval mode) with a Gaussian likelihood, or a
+    :param model: A trained ``ExactGP`` (eval mode) with a Gaussian likelihood, a
         :class:`~gpytorch_explain.GPXModel` with :math:`\mathbf z = \mathbf x` (then the smooth part
-        :math:`\mathbf g(\mathbf x)^\top\mathbf x` of the latent is attributed).
-    :param baseline: ``None`` (the training-input mean), a ``(D,)`` tensor, or ``(k, D)`` baselines.
+        :math:`\mathbf g(\mathbf x)^\top\mathbf x` of the latent is attributed), or an ``ApproximateGP``
+        (see :class:`PosteriorGradient`).
+    :param baseline: ``None`` (the mean of the training inputs, or of the inducing points for a
+        variational model), a ``(D,)`` tensor, or ``(k, D)`` baselines.
     :param order: Gauss–Legendre order for kernels without closed forms.
 
     Example:
@@ -385,18 +403,27 @@ class IntegratedGradients(_FunctionalPosterior):
         blocks = attr.lazy_covariance_matrix.point_blocks()
         sum_mean = attr.mean.sum(-1)
         sum_var = blocks.sum((-1, -2))
-        strategy = self._strategy()
-        X = self._train_inputs()
-        if self._dims is not None:
-            X = self.model.covar_module.split_inputs(X)[0]
-        alpha = self._alpha(strategy)
-        factor, factor_type = self._factor(strategy)
+        if isinstance(self.model, ApproximateGP):
+            from .variational import variational_conditioning
+
+            latent = variational_conditioning(self.model).latent
+        else:
+            strategy = self._strategy()
+            X = self._train_inputs()
+            if self._dims is not None:
+                X = self.model.covar_module.split_inputs(X)[0]
+            alpha = self._alpha(strategy)
+            factor, factor_type = self._factor(strategy)
+
+            def latent(points: Tensor) -> tuple[Tensor, Tensor]:
+                return self._latent_value(points, strategy, alpha, factor, factor_type, X)
+
         b = self.baselines
         kb = b.size(0)
         mean_out, var_out = [], []
         for p in range(x.size(-2)):
             pts = torch.cat([x[..., p : p + 1, :], b.expand(*x.shape[:-2], kb, b.size(-1))], dim=-2)
-            mean, cov = self._latent_value(pts, strategy, alpha, factor, factor_type, X)
+            mean, cov = latent(pts)
             w = torch.cat([torch.ones(1, dtype=x.dtype, device=x.device), torch.full((kb,), -1.0 / kb).to(x)])
             mean_out.append((mean * w).sum(-1))
             var_out.append(((cov * w.unsqueeze(-1)) * w).sum((-1, -2)))
