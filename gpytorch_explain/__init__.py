@@ -5,7 +5,7 @@ from .attribution import CompletenessGaps, IntegratedGradients, PosteriorGradien
 from .errors import ModelStateError
 from .explanation import GPXExplanation
 from .kernels import GPXKernel
-from .models import GPXModel, GPXPredictionStrategy
+from .models import GPXModel, GPXPredictionStrategy, GPXVariationalELBO, GPXVariationalStrategy, VariationalGPXModel
 from .operators import LowRankHadamardLinearOperator, WeightPosteriorLinearOperator
 from .utils import median_heuristic_lengthscale
 
@@ -20,6 +20,9 @@ __all__ = [
     "GPXKernel",
     "GPXModel",
     "GPXPredictionStrategy",
+    "GPXVariationalELBO",
+    "GPXVariationalStrategy",
+    "VariationalGPXModel",
     "LowRankHadamardLinearOperator",
     "WeightPosteriorLinearOperator",
     "median_heuristic_lengthscale",

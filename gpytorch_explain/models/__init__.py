@@ -1,3 +1,11 @@
 from .gpx_model import GPXModel, GPXPredictionStrategy
+from .variational_gpx import GPXVariationalELBO, GPXVariationalStrategy, VariationalGPXModel, gpx_expected_log_prob
 
-__all__ = ["GPXModel", "GPXPredictionStrategy"]
+__all__ = [
+    "GPXModel",
+    "GPXPredictionStrategy",
+    "GPXVariationalELBO",
+    "GPXVariationalStrategy",
+    "VariationalGPXModel",
+    "gpx_expected_log_prob",
+]
