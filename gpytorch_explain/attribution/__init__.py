@@ -1,5 +1,11 @@
 """Attribution GPs: posterior gradients and integrated gradients of trained GPyTorch models."""
 
+from .classification import (
+    ExpectedProbabilityAttribution,
+    expected_probability_gradient,
+    expected_probability_ig,
+    latent_gradient_moments,
+)
 from .derived import DerivedCovariance, functional_mean
 from .functionals import Gradient, IntegratedGradient
 from .kernels import DerivedKernel, GradientKernel, IntegratedGradientKernel
@@ -11,6 +17,10 @@ __all__ = [
     "AttributionDistribution",
     "CompletenessGaps",
     "DerivedCovariance",
+    "ExpectedProbabilityAttribution",
+    "expected_probability_gradient",
+    "expected_probability_ig",
+    "latent_gradient_moments",
     "DerivedKernel",
     "GradientKernel",
     "IntegratedGradientKernel",
