@@ -26,6 +26,7 @@ from ..explanation import GPXExplanation
 from ..kernels import GPXKernel
 from ..operators import WeightPosteriorLinearOperator
 from ..utils import (
+    check_feature_names,
     check_matrix,
     check_same_rows,
     check_vector,
@@ -178,13 +179,7 @@ class GPXModel(gpytorch.models.ExactGP):
         self.to(dtype=train_x.dtype, device=train_x.device)
 
         num_features = x_dims if z_dims is None else z_dims
-        if feature_names is not None:
-            if isinstance(feature_names, str):
-                raise TypeError("feature_names must be a sequence of names, not a single string.")
-            feature_names = [str(f) for f in feature_names]
-            if len(feature_names) != num_features:
-                raise ValueError(f"feature_names has {len(feature_names)} names but there are {num_features} features.")
-        self.feature_names = feature_names
+        self.feature_names = check_feature_names(feature_names, num_features)
 
     # ----------------------------------------------------------------- properties
     @property

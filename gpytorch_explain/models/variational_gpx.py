@@ -58,7 +58,7 @@ from torch import Tensor
 
 from ..explanation import GPXExplanation
 from ..kernels import GPXKernel
-from ..utils import check_matrix, check_same_rows, check_vector, median_heuristic_lengthscale
+from ..utils import check_feature_names, check_matrix, check_same_rows, check_vector, median_heuristic_lengthscale
 
 __all__ = ["GPXVariationalELBO", "GPXVariationalStrategy", "VariationalGPXModel", "gpx_expected_log_prob"]
 
@@ -472,13 +472,7 @@ class VariationalGPXModel(ApproximateGP):
         self.to(dtype=dtype, device=device)
         self.covar_module.weight_noise = weight_noise
 
-        if feature_names is not None:
-            if isinstance(feature_names, str):
-                raise TypeError("feature_names must be a sequence of names, not a single string.")
-            feature_names = [str(f) for f in feature_names]
-            if len(feature_names) != d:
-                raise ValueError(f"feature_names has {len(feature_names)} names but there are {d} features.")
-        self.feature_names = feature_names
+        self.feature_names = check_feature_names(feature_names, d)
 
     # ----------------------------------------------------------------- properties
     @property

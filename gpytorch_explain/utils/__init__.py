@@ -1,9 +1,10 @@
 from .gp import ensure_prediction_strategy
 from .heuristics import median_heuristic_lengthscale
 from .linalg import dense_gaussian_nll
-from .validation import check_matrix, check_same_rows, check_vector
+from .validation import check_feature_names, check_matrix, check_same_rows, check_vector
 
 __all__ = [
+    "check_feature_names",
     "check_matrix",
     "check_same_rows",
     "check_vector",

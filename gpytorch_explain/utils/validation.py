@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["check_matrix", "check_vector", "check_same_rows"]
+__all__ = ["check_feature_names", "check_matrix", "check_vector", "check_same_rows"]
 
 
 def _check_tensor(name: str, value, ndims: Sequence[int], what: str) -> Tensor:
@@ -46,3 +46,15 @@ def check_same_rows(**tensors: Tensor) -> None:
     if len(set(sizes.values())) > 1:
         desc = ", ".join(f"{name} has {n}" for name, n in sizes.items())
         raise ValueError(f"Mismatched number of samples n: {desc}.")
+
+
+def check_feature_names(feature_names, num_features: int) -> list[str] | None:
+    """Validate optional feature names: a sequence of ``num_features`` names (not one string)."""
+    if feature_names is None:
+        return None
+    if isinstance(feature_names, str):
+        raise TypeError("feature_names must be a sequence of names, not a single string.")
+    names = [str(f) for f in feature_names]
+    if len(names) != num_features:
+        raise ValueError(f"feature_names has {len(names)} names but there are {num_features} features.")
+    return names
