@@ -324,6 +324,11 @@ def _cancel_alarm():
 
 def run_model(which: str, args) -> dict:
     """Fit and evaluate one model (GPX or GPR); runs in its own process."""
+    if args.max_gib:
+        # address-space cap: an allocation past it raises instead of waking the OOM killer (torch's
+        # virtual size exceeds its resident size by a few GiB, hence the margin)
+        cap = int((args.max_gib + 4) * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     warnings.filterwarnings("ignore", message="CG terminated")
     warnings.filterwarnings("ignore", category=gpytorch.utils.warnings.NumericalWarning)
@@ -486,15 +491,17 @@ def run_in_process(which: str, args) -> dict:
     send.close()
     hard = 60 * (2 * args.max_minutes + 5)
     result = None
-    if recv.poll(hard):
-        try:
-            result = recv.recv()
-        except EOFError:
-            result = None
-    proc.join(timeout=30)
-    if proc.is_alive():
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.join()
+    try:
+        if recv.poll(hard):
+            try:
+                result = recv.recv()
+            except EOFError:
+                result = None
+        proc.join(timeout=30)
+    finally:
+        if proc.is_alive():
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join()
     if result is None:
         reason = f"killed after {hard / 60:.0f} min" if proc.exitcode in (None, -9) else f"exit code {proc.exitcode}"
         result = {"model": which, "error": reason}
@@ -558,7 +565,7 @@ def report(args, info: str, results: list[dict]) -> None:
         print(f"  RMSE GPX / GPR = {gpx['rmse'] / gpr['rmse']:.3f} (target <= 1.05)")
 
 
-def main():
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=["synthetic", "protein", "kin40k", "beijing"], default="synthetic")
     parser.add_argument("--n", type=int, default=None, help="training rows (default: 1e5 synthetic, all real rows)")
@@ -566,6 +573,9 @@ def main():
     parser.add_argument("--method", choices=["sgpr", "kissgp", "exact"], default="sgpr")
     parser.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     parser.add_argument("--max-minutes", type=float, default=10.0, help="budget for each fit and each prediction")
+    parser.add_argument(
+        "--max-gib", type=float, default=16.0, help="memory cap per model process (RLIMIT_AS - 4 GiB); 0: none"
+    )
     parser.add_argument("--max-iter", type=int, default=100, help="L-BFGS iterations (objective evaluations)")
     parser.add_argument("--only", choices=["gpx", "gpr"], default=None, help="run one of the two models")
     parser.add_argument("--inducing", type=int, default=512, help="sgpr: number of inducing points")
@@ -589,7 +599,16 @@ def main():
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--progress", action="store_true", help="show GPX's fit progress bar")
-    args = parser.parse_args()
+    return parser
+
+
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def main():
+    args = build_parser().parse_args()
+    signal.signal(signal.SIGTERM, _terminate)  # so that run_in_process can stop its child
 
     data = load_data(args)
     info = data["info"]
