@@ -4,18 +4,22 @@ r"""The GPX covariance :math:`(k(\mathbf x, \mathbf x') + \sigma_w^2\delta)\,\ma
 from __future__ import annotations
 
 import torch
+from gpytorch import settings as gsettings
 from gpytorch.constraints import Interval, Positive
-from gpytorch.kernels import Kernel
+from gpytorch.kernels import InducingPointKernel, Kernel
+from gpytorch.mlls import AddedLossTerm
 from gpytorch.priors import Prior
+from linear_operator import to_dense
 from linear_operator.operators import (
     AddedDiagLinearOperator,
     DiagLinearOperator,
     LinearOperator,
+    MatmulLinearOperator,
     to_linear_operator,
 )
 from torch import Tensor
 
-from ..operators import LowRankHadamardLinearOperator
+from ..operators import GPXInducingLinearOperator, LowRankHadamardLinearOperator
 
 __all__ = ["GPXKernel"]
 
@@ -50,6 +54,40 @@ class _SampleDiagAddedLinearOperator(AddedDiagLinearOperator):
         return super()._getitem(row_index, col_index, *batch_indices)
 
 
+class GPXInducingPointAddedLossTerm(AddedLossTerm):
+    r"""The trace term of the collapsed (Titsias) bound for GPX with an inducing-point base kernel.
+
+    With :math:`g_l \mid \mathbf u_l` the exact conditional, :math:`\operatorname{Var}[f_i \mid \mathbf u]
+    = \|\mathbf z_i\|^2 (k_{ii} - q_{ii})` and the noise of :math:`y_i` given :math:`\mathbf g` is
+    :math:`\sigma_y^2 + \sigma_w^2\|\mathbf z_i\|^2`, so the bound adds
+
+    .. math::
+
+        -\frac12 \sum_i \frac{\|\mathbf z_i\|^2 (k_{ii} - q_{ii})}{\sigma_y^2 + \sigma_w^2 \|\mathbf z_i\|^2}
+
+    to :math:`\log\mathcal N(\mathbf y \mid \mathbf 0, \mathbf C_Q)`. (GPyTorch's own
+    ``InducingPointKernelAddedLossTerm`` is the :math:`d = 1`, :math:`\mathbf z = 1`, :math:`\sigma_w = 0` case.)
+    """
+
+    def __init__(self, trace_diag: Tensor, weight_diag: Tensor, likelihood):
+        self.trace_diag = trace_diag
+        self.weight_diag = weight_diag
+        self.likelihood = likelihood
+
+    def loss(self, *params) -> Tensor:
+        shape = self.trace_diag.shape
+        noise = self.likelihood._shaped_noise_covar(shape, *params).diagonal(dim1=-1, dim2=-2)
+        return -0.5 * (self.trace_diag / (noise + self.weight_diag)).sum(-1)
+
+
+def inducing_features(kernel: InducingPointKernel, x: Tensor) -> Tensor:
+    r"""Nyström features :math:`\boldsymbol\Phi = \mathbf K_{xU}\mathbf L_{UU}^{-\top}`.
+
+    :math:`\mathbf Q = \boldsymbol\Phi\boldsymbol\Phi^\top` is the inducing-point approximation of the kernel.
+    """
+    return to_dense(kernel.base_kernel(x, kernel.inducing_points)) @ kernel._inducing_inv_root
+
+
 class GPXKernel(Kernel):
     r"""Covariance of :math:`f_i = \mathbf w_i^\top \mathbf z_i` in GPX (Yoshikawa & Iwata).
 
@@ -77,8 +115,14 @@ class GPXKernel(Kernel):
     BoTorch) working unchanged.
 
     The result is lazy: :class:`~gpytorch_explain.LowRankHadamardLinearOperator` around
-    whatever operator the base kernel returns (dense, KISS-GP, inducing points, KeOps, ...),
-    plus a diagonal.
+    whatever operator the base kernel returns (dense, KISS-GP, KeOps, ...), plus a diagonal.
+    With an ``InducingPointKernel`` (SGPR) base, :math:`\mathbf K` is the Nyström
+    :math:`\mathbf Q = \boldsymbol\Phi\boldsymbol\Phi^\top` and the joint covariance is a
+    :class:`~gpytorch_explain.operators.GPXInducingLinearOperator`, solved exactly by Woodbury in
+    :math:`O(nd^2M^2)`; in training mode the GPX trace term of Titsias' bound
+    (:class:`GPXInducingPointAddedLossTerm`) replaces GPyTorch's SGPR term, and in eval mode the
+    sample diagonal carries :math:`\|\mathbf z_i\|^2(k_{ii} - q_{ii})` when
+    ``gpytorch.settings.sgpr_diagonal_correction`` is on (as GPyTorch's SGPR does).
 
     :param base_kernel: The kernel :math:`k` on :math:`\mathbf x`.
     :param x_dims: :math:`D`, the number of input columns of :math:`\mathbf x`.
@@ -176,6 +220,8 @@ class GPXKernel(Kernel):
             x2 = x2.unsqueeze(-1)
         xx1, z1 = self.split_inputs(x1)
         xx2, z2 = (xx1, z1) if same else self.split_inputs(x2)
+        if isinstance(self.base_kernel, InducingPointKernel):
+            return self._inducing_call(xx1, z1, xx2, z2, same, diag)
         if diag:
             base_diag = self.base_kernel(xx1, xx2, diag=True, **params)
             res = base_diag * (z1 * z2).sum(-1)
@@ -185,6 +231,30 @@ class GPXKernel(Kernel):
         if same:
             res = _SampleDiagAddedLinearOperator(res, DiagLinearOperator(self.weight_noise * (z1 * z1).sum(-1)))
         return res
+
+    def _inducing_call(self, x1: Tensor, z1: Tensor, x2: Tensor, z2: Tensor, same: bool, diag: bool):
+        """The GPX covariance with an ``InducingPointKernel`` base (see the class docstring)."""
+        ipk = self.base_kernel
+        phi1 = inducing_features(ipk, x1)
+        zz1 = z1.pow(2).sum(-1)
+        if same:
+            weight_diag = self.weight_noise * zz1
+            sample_diag = weight_diag
+            if self.training or gsettings.sgpr_diagonal_correction.on():
+                exact = to_dense(ipk.base_kernel(x1, diag=True))
+                trace = zz1 * (exact - phi1.pow(2).sum(-1)).clamp_min(0)
+                if self.training:
+                    term = GPXInducingPointAddedLossTerm(trace, weight_diag, ipk.likelihood)
+                    ipk.update_added_loss_term("inducing_point_loss_term", term)
+                else:
+                    sample_diag = sample_diag + trace
+            if diag:
+                return phi1.pow(2).sum(-1) * zz1 + sample_diag
+            return GPXInducingLinearOperator(phi1, z1, sample_diag.expand(phi1.shape[:-1]))
+        phi2 = inducing_features(ipk, x2)
+        if diag:
+            return (phi1 * phi2).sum(-1) * (z1 * z2).sum(-1)
+        return LowRankHadamardLinearOperator(MatmulLinearOperator(phi1, phi2.mT), z1, z2)
 
     def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, **params) -> Tensor:
         res = self(x1, x2 if x2 is not x1 else None, diag=diag, **params)

@@ -11,20 +11,21 @@ import gpytorch
 import torch
 from gpytorch import settings as gsettings
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
-from gpytorch.kernels import Kernel, RBFKernel, ScaleKernel
+from gpytorch.kernels import InducingPointKernel, Kernel, RBFKernel, ScaleKernel
 from gpytorch.likelihoods import GaussianLikelihood, Likelihood
 from gpytorch.means import ZeroMean
 from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
 from gpytorch.utils.memoize import cached
 from linear_operator import to_dense
-from linear_operator.operators import MatmulLinearOperator, to_linear_operator
+from linear_operator.operators import DiagLinearOperator, MatmulLinearOperator, to_linear_operator
 from torch import Tensor
 
 from .. import settings as explain_settings
 from ..errors import ModelStateError
 from ..explanation import GPXExplanation
 from ..kernels import GPXKernel
-from ..operators import WeightPosteriorLinearOperator
+from ..kernels.gpx_kernel import inducing_features
+from ..operators import GPXInducingLinearOperator, InducingWeightPosteriorLinearOperator, WeightPosteriorLinearOperator
 from ..utils import (
     check_feature_names,
     check_matrix,
@@ -79,7 +80,16 @@ class GPXPredictionStrategy(DefaultPredictionStrategy):
         with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(max_iter):
             return super()._mean_cache(nan_policy)
 
+    @property
+    def uses_inducing(self) -> bool:
+        """Whether the training covariance is the exactly solvable inducing-point (SGPR) form."""
+        return isinstance(self.lik_train_train_covar, GPXInducingLinearOperator)
+
     def exact_predictive_covar(self, test_test_covar, test_train_covar):
+        if self.uses_inducing and not self.uses_cholesky:
+            # Woodbury solves are exact and cheap: no LOVE approximation needed
+            with gsettings.fast_pred_var(False):
+                return super().exact_predictive_covar(test_test_covar, test_train_covar)
         if gsettings.skip_posterior_variances.on() or not self.uses_cholesky:
             return super().exact_predictive_covar(test_test_covar, test_train_covar)
         root = torch.linalg.solve_triangular(self.train_cholesky(), to_dense(test_train_covar).mT, upper=False)
@@ -173,6 +183,9 @@ class GPXModel(gpytorch.models.ExactGP):
                 base_kernel.base_kernel.lengthscale = median_heuristic_lengthscale(train_x.detach())
         elif not isinstance(base_kernel, Kernel):
             raise TypeError(f"base_kernel must be a gpytorch Kernel, got {type(base_kernel).__name__}.")
+        if isinstance(base_kernel, InducingPointKernel) and base_kernel.likelihood is not likelihood:
+            # the SGPR trace term needs the model's own noise
+            base_kernel.likelihood = likelihood
         self.mean_module = ZeroMean()
         self.covar_module = GPXKernel(base_kernel, x_dims=x_dims, z_dims=z_dims)
         self.covar_module.weight_noise = 0.01
@@ -258,6 +271,12 @@ class GPXModel(gpytorch.models.ExactGP):
             self._build_prediction_strategy()
         return super().__call__(inputs, **kwargs)
 
+    def _get_train_prior_distribution(self, train_inputs, **kwargs) -> MultivariateNormal:
+        # the training covariance of an inducing-point base is the Nyström one, as in training;
+        # GPyTorch's SGPR diagonal correction belongs to test points only
+        with gsettings.sgpr_diagonal_correction(False):
+            return super()._get_train_prior_distribution(train_inputs, **kwargs)
+
     def _build_prediction_strategy(self) -> GPXPredictionStrategy:
         return ensure_prediction_strategy(self, GPXPredictionStrategy)
 
@@ -305,6 +324,8 @@ class GPXModel(gpytorch.models.ExactGP):
             train_x, train_z = train_x.detach(), train_z.detach()
 
         base = self.covar_module.base_kernel
+        if strategy.uses_inducing and not strategy.uses_cholesky:
+            return self._predict_weights_inducing(x, strategy, alpha, detach)
         cross = base(x, train_x).to_dense()  # (m, n)
         mean = cross @ (train_z * alpha.unsqueeze(-1))  # (m, d)
         prior = base(x).add_diagonal(self.weight_noise.expand(x.size(0)))
@@ -324,6 +345,27 @@ class GPXModel(gpytorch.models.ExactGP):
             factor = factor.detach() if detach else factor
             factor_type = "solve"
         covar = WeightPosteriorLinearOperator(prior, cross, train_z, factor, factor_type=factor_type)
+        return MultitaskMultivariateNormal(mean, covar, interleaved=True)
+
+    def _predict_weights_inducing(self, x, strategy, alpha, detach) -> MultitaskMultivariateNormal:
+        r"""Weights with an inducing-point base, in inducing space (:math:`O(dM)` mean, :math:`O(d^3M^2)`
+        covariance per point, independent of :math:`n`); see
+        :class:`~gpytorch_explain.operators.InducingWeightPosteriorLinearOperator`."""
+        if x.dim() != 2 or alpha.dim() != 1:
+            raise NotImplementedError("Batched GPX models with an inducing-point base kernel are not supported.")
+        ipk = self.covar_module.base_kernel
+        train_covar = strategy.lik_train_train_covar
+        phi, train_z = train_covar.phi, train_covar.z
+        chol = train_covar.capacitance_cholesky
+        if detach:
+            phi, train_z, chol = phi.detach(), train_z.detach(), chol.detach()
+        phi_test = inducing_features(ipk, x)  # (m, M)
+        mean = phi_test @ (phi.mT @ (train_z * alpha.unsqueeze(-1)))  # (m, d)
+        prior_diag = self.weight_noise.expand(x.size(0))
+        if gsettings.sgpr_diagonal_correction.on():
+            exact = to_dense(ipk.base_kernel(x, diag=True))
+            prior_diag = prior_diag + (exact - phi_test.pow(2).sum(-1)).clamp_min(0)
+        covar = InducingWeightPosteriorLinearOperator(DiagLinearOperator(prior_diag), phi_test, chol, self.num_features)
         return MultitaskMultivariateNormal(mean, covar, interleaved=True)
 
     def explain(self, x: Tensor, z: Tensor | None = None) -> GPXExplanation:

@@ -1,11 +1,15 @@
 from .attribution_posterior_linear_operator import AttributionPosteriorLinearOperator
 from .block_posterior_linear_operator import BlockPosteriorLinearOperator
+from .gpx_inducing_linear_operator import GPXInducingLinearOperator
+from .inducing_weight_posterior_linear_operator import InducingWeightPosteriorLinearOperator
 from .low_rank_hadamard_linear_operator import LowRankHadamardLinearOperator
 from .weight_posterior_linear_operator import WeightPosteriorLinearOperator
 
 __all__ = [
     "AttributionPosteriorLinearOperator",
     "BlockPosteriorLinearOperator",
+    "GPXInducingLinearOperator",
+    "InducingWeightPosteriorLinearOperator",
     "LowRankHadamardLinearOperator",
     "WeightPosteriorLinearOperator",
 ]

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+r"""Joint posterior covariance of GPX local weights with an inducing-point base kernel."""
+
+from __future__ import annotations
+
+import torch
+from linear_operator.operators import LinearOperator, to_linear_operator
+from linear_operator.utils.memoize import cached
+from torch import Tensor
+
+__all__ = ["InducingWeightPosteriorLinearOperator"]
+
+#: scalars of the whitened right-hand sides processed per chunk
+_CHUNK_ELEMENTS = 2**23
+
+
+class InducingWeightPosteriorLinearOperator(LinearOperator):
+    r"""Posterior covariance of GPX weights :math:`\mathbf w_*` at :math:`m` points, in inducing space.
+
+    With the Nyström base kernel :math:`\mathbf Q = \boldsymbol\Phi\boldsymbol\Phi^\top` of
+    :class:`~gpytorch_explain.operators.GPXInducingLinearOperator` (training covariance
+    :math:`\mathbf C = \mathbf D + \mathbf R\mathbf R^\top`, :math:`\mathbf R = [\mathbf z_l \odot
+    \boldsymbol\Phi]_l`), the cross-covariance of the training targets with :math:`w_{*pl}` is
+    :math:`\mathbf R\,(\mathbf e_l \otimes \boldsymbol\phi_p)` where :math:`\boldsymbol\phi_p` is the
+    feature vector of test point :math:`p`. Writing :math:`\mathbf E = \mathbf I_d \otimes
+    \boldsymbol\Phi_*^\top` (``dM x md``, interleaved columns) and
+    :math:`\mathbf A = \mathbf R^\top\mathbf D^{-1}\mathbf R`, the identity
+    :math:`\mathbf R^\top\mathbf C^{-1}\mathbf R = \mathbf I - (\mathbf I + \mathbf A)^{-1}` gives
+
+    .. math::
+
+        \operatorname{Cov}[\mathbf w_*] = \mathbf P \otimes \mathbf I_d
+        + \mathbf H^\top\mathbf H, \qquad
+        \mathbf H = \mathbf L^{-1}\mathbf E, \quad \mathbf L\mathbf L^\top = \mathbf I + \mathbf A,
+
+    with :math:`\mathbf P = \mathbf K_{**} - \mathbf Q_{**} + \sigma_w^2\mathbf I` the part of the prior
+    the inducing points do not carry (GPyTorch's SGPR keeps only its diagonal, the "diagonal
+    correction"). Both terms are positive semi-definite, so the variances never cancel. A point costs
+    :math:`O(d^3M^2)` (one triangular solve with :math:`d` right-hand sides), independent of :math:`n`.
+
+    :param prior_covar: :math:`\mathbf P`, ``(m, m)``.
+    :param test_features: :math:`\boldsymbol\Phi_*`, ``(m, M)``.
+    :param capacitance_cholesky: :math:`\mathbf L`, ``(dM, dM)`` lower-triangular.
+    :param num_features: :math:`d`.
+    """
+
+    def __init__(
+        self,
+        prior_covar: LinearOperator | Tensor,
+        test_features: Tensor,
+        capacitance_cholesky: Tensor,
+        num_features: int,
+    ):
+        prior_covar = to_linear_operator(prior_covar)
+        m, m_ind = test_features.shape[-2:]
+        d = int(num_features)
+        if prior_covar.shape[-2:] != torch.Size((m, m)) or capacitance_cholesky.shape[-2:] != (d * m_ind, d * m_ind):
+            raise ValueError(
+                f"Inconsistent shapes: prior {tuple(prior_covar.shape)}, test features {tuple(test_features.shape)}, "
+                f"capacitance factor {tuple(capacitance_cholesky.shape)}, d = {d}."
+            )
+        super().__init__(prior_covar, test_features, capacitance_cholesky, num_features=d)
+        self.prior_covar = prior_covar
+        self.test_features = test_features
+        self.capacitance_cholesky = capacitance_cholesky
+        self.num_features = d
+
+    @property
+    def num_points(self) -> int:
+        return self.test_features.size(-2)
+
+    def _size(self) -> torch.Size:
+        md = self.num_points * self.num_features
+        return torch.Size((*self.test_features.shape[:-2], md, md))
+
+    def _transpose_nonbatch(self) -> LinearOperator:
+        return self
+
+    # ------------------------------------------------------------------ E and H
+    def _e_columns(self, points: slice) -> Tensor:
+        r"""Columns of :math:`\mathbf E` for some points, ``(*batch, dM, |P|·d)`` (point-major)."""
+        phi = self.test_features[..., points, :]  # (P, M)
+        d = self.num_features
+        eye = torch.eye(d, dtype=phi.dtype, device=phi.device)
+        # E[(l', j), (p, l)] = δ_{l l'} φ_p[j]
+        cols = eye[:, None, None, :] * phi.mT[None, :, :, None]  # (d, M, P, d)
+        return cols.reshape(*phi.shape[:-2], d * phi.size(-1), phi.size(-2) * d)
+
+    def _h_columns(self, points: slice) -> Tensor:
+        return torch.linalg.solve_triangular(self.capacitance_cholesky, self._e_columns(points), upper=False)
+
+    def _chunks(self):
+        dm = self.capacitance_cholesky.size(-1)
+        step = max(1, _CHUNK_ELEMENTS // max(dm * self.num_features, 1))
+        for start in range(0, self.num_points, step):
+            yield slice(start, min(start + step, self.num_points))
+
+    def _e_matmul(self, rhs: Tensor) -> Tensor:
+        r""":math:`\mathbf E\mathbf v`, ``(*batch, md, t)`` → ``(*batch, dM, t)``."""
+        m, d, t = self.num_points, self.num_features, rhs.size(-1)
+        v = rhs.reshape(*rhs.shape[:-2], m, d, t).transpose(-3, -2)  # (d, m, t)
+        return (self.test_features.mT.unsqueeze(-3) @ v).reshape(*rhs.shape[:-2], -1, t)
+
+    def _et_matmul(self, rhs: Tensor) -> Tensor:
+        r""":math:`\mathbf E^\top\mathbf u`, ``(*batch, dM, t)`` → ``(*batch, md, t)``."""
+        d, t = self.num_features, rhs.size(-1)
+        u = rhs.reshape(*rhs.shape[:-2], d, self.test_features.size(-1), t)
+        res = self.test_features.unsqueeze(-3) @ u  # (d, m, t)
+        return res.transpose(-3, -2).reshape(*rhs.shape[:-2], -1, t)
+
+    # ------------------------------------------------------------------ blocks
+    @cached(name="posterior_point_blocks")
+    def point_blocks(self) -> Tensor:
+        r"""The per-point :math:`d \times d` posterior covariance blocks, shape ``(*batch, m, d, d)``."""
+        d = self.num_features
+        eye = torch.eye(d, dtype=self.dtype, device=self.device)
+        prior = self.prior_covar._diagonal()[..., None, None] * eye
+        parts = [torch.zeros(*self.batch_shape, 0, d, d, dtype=self.dtype, device=self.device)]
+        for points in self._chunks():
+            h = self._h_columns(points)  # (dM, P·d)
+            h = h.reshape(*h.shape[:-1], -1, d).movedim(-2, -3)  # (P, dM, d)
+            parts.append(h.mT @ h)
+        return prior + torch.cat(parts, dim=-3)
+
+    def _diagonal(self) -> Tensor:
+        return self.point_blocks().diagonal(dim1=-2, dim2=-1).reshape(*self.batch_shape, -1)
+
+    def _matmul(self, rhs: Tensor) -> Tensor:
+        is_vector = rhs.dim() == 1
+        if is_vector:
+            rhs = rhs.unsqueeze(-1)
+        m, d, t = self.num_points, self.num_features, rhs.size(-1)
+        prior = self.prior_covar._matmul(rhs.reshape(*rhs.shape[:-2], m, d * t)).reshape(*rhs.shape[:-2], m * d, t)
+        chol = self.capacitance_cholesky
+        inner = torch.cholesky_solve(self._e_matmul(rhs), chol, upper=False)
+        res = prior + self._et_matmul(inner)
+        return res.squeeze(-1) if is_vector else res
+
+    @cached
+    def to_dense(self) -> Tensor:
+        eye = torch.eye(self.num_features, dtype=self.dtype, device=self.device)
+        h = torch.cat([self._h_columns(points) for points in self._chunks()], dim=-1)
+        return torch.kron(self.prior_covar.to_dense(), eye) + h.mT @ h
