@@ -2,7 +2,7 @@
 
 from . import settings
 from .attribution import CompletenessGaps, IntegratedGradients, PosteriorGradient
-from .errors import ModelStateError
+from .errors import ConvergenceError, ModelStateError
 from .explanation import GPXExplanation
 from .kernels import GPXKernel
 from .models import GPXModel, GPXPredictionStrategy, GPXVariationalELBO, GPXVariationalStrategy, VariationalGPXModel
@@ -16,6 +16,7 @@ __all__ = [
     "IntegratedGradients",
     "PosteriorGradient",
     "GPXExplanation",
+    "ConvergenceError",
     "ModelStateError",
     "GPXKernel",
     "GPXModel",

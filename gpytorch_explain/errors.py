@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ModelStateError"]
+__all__ = ["ConvergenceError", "ModelStateError"]
 
 
 class ModelStateError(RuntimeError, ValueError):
@@ -11,4 +11,15 @@ class ModelStateError(RuntimeError, ValueError):
 
     It is both a ``RuntimeError`` (as GPyTorch raises for such states) and a ``ValueError``
     (the call's input is unusable), so either ``except`` clause catches it.
+    """
+
+
+class ConvergenceError(RuntimeError):
+    """An iterative solve (conjugate gradients) did not reach the accuracy a derived quantity needs.
+
+    Raised instead of returning silently wrong local weights or attributions. Remedies: raise
+    ``gpytorch.settings.max_cg_iterations``, use a larger preconditioner
+    (``gpytorch.settings.max_preconditioner_size``), compute in float64, lower
+    ``gpytorch_explain.settings.max_cholesky_size`` no further than memory allows (the dense path is
+    exact), or use an inducing-point base kernel (solved exactly by Woodbury).
     """

@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["max_cholesky_size", "solve_tolerance", "derived_solve_tolerance"]
+__all__ = ["max_cholesky_size", "solve_tolerance", "derived_solve_tolerance", "max_cg_residual", "cg_residual_limit"]
 
 
 class _setting:
@@ -72,3 +72,32 @@ def derived_solve_tolerance(dtype) -> float:
     if tol is None:
         tol = 1e-4 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-8
     return min(tol, gsettings.eval_cg_tolerance.value())
+
+
+def cg_iterations(size: int) -> int:
+    """CG iterations GPX allows for a derived solve of size ``size`` (at least ``2 * size``)."""
+    from gpytorch import settings as gsettings
+
+    return max(gsettings.max_cg_iterations.value(), 2 * int(size))
+
+
+class max_cg_residual(_setting):
+    r"""Largest relative residual :math:`\|\mathbf C\mathbf x - \mathbf b\| / \|\mathbf b\|` a derived CG solve may
+    end with before :class:`~gpytorch_explain.errors.ConvergenceError` is raised (default ``None``: 1e-4 in
+    float64, 1e-2 in float32).
+
+    CG aims at :class:`solve_tolerance` but may stall near it (finite precision) or stop at its
+    iteration cap; a stall a few orders above the target is harmless, a failure is not.
+    """
+
+    _global_value = None
+
+
+def cg_residual_limit(dtype) -> float:
+    """The residual above which a derived CG solve in ``dtype`` counts as failed (see :class:`max_cg_residual`)."""
+    import torch
+
+    limit = max_cg_residual.value()
+    if limit is None:
+        limit = 1e-2 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-4
+    return limit

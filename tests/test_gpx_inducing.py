@@ -260,3 +260,17 @@ def test_model_adopts_its_likelihood_for_the_trace_term():
     ipk = InducingPointKernel(ScaleKernel(RBFKernel()).to(DT), x[:4].clone(), likelihood=other)
     model = GPXModel(x, y, base_kernel=ipk)
     assert model.base_kernel.likelihood is model.likelihood
+
+
+@pytest.mark.parametrize("chunk", [None, 9])
+def test_chunked_weighted_gram_gradients(monkeypatch, chunk):
+    """The custom backward of R^T diag(w) R (row chunks, symmetric blocks) against autograd's gradcheck."""
+    if chunk is not None:
+        monkeypatch.setattr(inducing_module, "_CHUNK_ELEMENTS", chunk)
+    gen = torch.Generator().manual_seed(2)
+    phi = torch.randn(7, 3, generator=gen, dtype=DT, requires_grad=True)
+    z = torch.randn(7, 2, generator=gen, dtype=DT, requires_grad=True)
+    w = (torch.rand(7, generator=gen, dtype=DT) + 0.2).requires_grad_(True)
+    assert torch.autograd.gradcheck(inducing_module._WeightedGram.apply, (phi, z, w))
+    root = inducing_module._root_block(phi, z)
+    assert torch.allclose(inducing_module._WeightedGram.apply(phi, z, w), (root * w.unsqueeze(-1)).T @ root)

@@ -96,3 +96,35 @@ def test_fast_pred_var_below_dense_limit_is_exact(setup):
         torch.testing.assert_close(w.lazy_covariance_matrix.point_blocks(), exact["blocks"], rtol=1e-10, atol=0)
         torch.testing.assert_close(model(xs, zs).variance, exact["f_var"], rtol=1e-10, atol=0)
     model.prediction_strategy = None
+
+
+def test_cg_failure_raises_a_clear_error(setup, monkeypatch):
+    """A CG solve stopped far from convergence raises ConvergenceError instead of returning wrong weights."""
+    model, xs, zs, exact = setup
+    monkeypatch.setattr(ge.settings, "cg_iterations", lambda size: 25)
+    model.prediction_strategy = None
+    a, b = _iterative()
+    with torch.no_grad(), a, b, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with gpytorch.settings.max_preconditioner_size(0), pytest.raises(ge.ConvergenceError, match="did not converge"):
+            model.predict_weights(xs)
+    model.prediction_strategy = None
+
+
+def test_solve_checked_passes_accurate_solves_and_names_nan():
+    from linear_operator.operators import DenseLinearOperator
+
+    from gpytorch_explain.utils import solve_checked
+
+    a = torch.tensor([[2.0, 0.5], [0.5, 1.0]], dtype=DTYPE)
+    rhs = torch.tensor([[1.0], [2.0]], dtype=DTYPE)
+    torch.testing.assert_close(solve_checked(DenseLinearOperator(a), rhs), torch.linalg.solve(a, rhs))
+
+    class Broken(DenseLinearOperator):
+        def solve(self, right_tensor, left_tensor=None):
+            return torch.full_like(right_tensor, float("nan"))
+
+    with pytest.raises(ge.ConvergenceError, match="NaN"):
+        solve_checked(Broken(a), rhs)
+    with ge.settings.max_cg_residual(-1.0), pytest.raises(ge.ConvergenceError, match="relative residual"):
+        solve_checked(DenseLinearOperator(a), rhs)

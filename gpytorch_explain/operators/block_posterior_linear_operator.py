@@ -9,7 +9,8 @@ from linear_operator.operators import LinearOperator
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
-from ..settings import derived_solve_tolerance
+from ..settings import cg_iterations, derived_solve_tolerance
+from ..utils.linalg import solve_checked
 
 __all__ = ["BlockPosteriorLinearOperator"]
 
@@ -120,9 +121,8 @@ class BlockPosteriorLinearOperator(LinearOperator):
             return torch.cholesky_solve(rhs, self.factor, upper=False)
         if self.factor_type == "solve":
             tol = derived_solve_tolerance(self.dtype)
-            max_iter = max(gsettings.max_cg_iterations.value(), 2 * rhs.size(-2))
-            with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(max_iter):
-                return self.factor.solve(rhs)
+            with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(cg_iterations(rhs.size(-2))):
+                return solve_checked(self.factor, rhs, what="the posterior covariance solve")
         inner = self.factor.mT @ rhs
         if self.middle is not None:
             inner = self.middle @ inner

@@ -8,7 +8,6 @@ from linear_operator.operators import DiagLinearOperator, LinearOperator, Matmul
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from linear_operator.utils.memoize import cached
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 from .low_rank_hadamard_linear_operator import LowRankHadamardLinearOperator
 
@@ -31,9 +30,77 @@ def _root_block(phi: Tensor, z: Tensor) -> Tensor:
     return (z.unsqueeze(-1) * phi.unsqueeze(-2)).reshape(*phi.shape[:-1], z.size(-1) * phi.size(-1))
 
 
-def _weighted_gram(phi: Tensor, z: Tensor, weights: Tensor) -> Tensor:
-    root = _root_block(phi, z)
-    return (root * weights.unsqueeze(-1)).mT @ root
+def _row_chunks(n: int, width: int):
+    step = max(1, _CHUNK_ELEMENTS // max(width, 1))
+    for start in range(0, n, step):
+        yield slice(start, min(start + step, n))
+
+
+def _sum_to(t: Tensor, shape: torch.Size) -> Tensor:
+    """Reduce a broadcast gradient to ``shape``."""
+    while t.dim() > len(shape):
+        t = t.sum(0)
+    for i, size in enumerate(shape):
+        if size == 1 and t.size(i) != 1:
+            t = t.sum(i, keepdim=True)
+    return t
+
+
+class _WeightedGram(torch.autograd.Function):
+    r""":math:`\mathbf A = \mathbf R^\top\operatorname{diag}(\mathbf w)\mathbf R`, formed in row chunks of R.
+
+    Forward: the :math:`d(d+1)/2` blocks
+    :math:`\mathbf A_{ll'} = \boldsymbol\Phi^\top\operatorname{diag}(\mathbf w \odot \mathbf z_l \odot \mathbf z_{l'})
+    \boldsymbol\Phi` (:math:`l \le l'`). Backward, with :math:`\mathbf G_s = \mathbf G + \mathbf G^\top` and
+    :math:`\mathbf Y = \mathbf R\mathbf G_s` (row :math:`i` split into :math:`d` blocks :math:`\mathbf y_{il}`):
+    :math:`\partial\boldsymbol\phi_i = w_i\sum_l z_{il}\mathbf y_{il}`,
+    :math:`\partial z_{il} = w_i\boldsymbol\phi_i^\top\mathbf y_{il}`,
+    :math:`\partial w_i = \tfrac12\sum_l z_{il}\boldsymbol\phi_i^\top\mathbf y_{il}`.
+    Nothing of size :math:`n \times dM` is kept between the passes.
+    """
+
+    @staticmethod
+    def forward(ctx, phi: Tensor, z: Tensor, weights: Tensor) -> Tensor:
+        ctx.save_for_backward(phi, z, weights)
+        n, m_ind = phi.shape[-2:]
+        d = z.size(-1)
+        batch = torch.broadcast_shapes(phi.shape[:-2], z.shape[:-2], weights.shape[:-1])
+        out = torch.zeros(*batch, d, m_ind, d, m_ind, dtype=phi.dtype, device=phi.device)
+        for rows in _row_chunks(n, d * m_ind):
+            ph, zc, wc = phi[..., rows, :], z[..., rows, :], weights[..., rows]
+            for l in range(d):
+                left = ph * (wc * zc[..., l]).unsqueeze(-1)
+                for lp in range(l, d):
+                    block = (left * zc[..., lp].unsqueeze(-1)).mT @ ph
+                    out[..., l, :, lp, :] += block
+        for l in range(d):
+            for lp in range(l + 1, d):
+                out[..., lp, :, l, :] = out[..., l, :, lp, :].mT
+        return out.reshape(*batch, d * m_ind, d * m_ind)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        phi, z, weights = ctx.saved_tensors
+        n, m_ind = phi.shape[-2:]
+        d = z.size(-1)
+        g_sym = grad + grad.mT
+        need_phi, need_z, need_w = ctx.needs_input_grad
+        grads_phi, grads_z, grads_w = [], [], []
+        for rows in _row_chunks(n, d * m_ind):
+            ph, zc, wc = phi[..., rows, :], z[..., rows, :], weights[..., rows]
+            y = (_root_block(ph, zc) @ g_sym).reshape(*g_sym.shape[:-2], ph.size(-2), d, m_ind)  # (nc, d, M)
+            dots = (y * ph.unsqueeze(-2)).sum(-1)  # (nc, d): φ_iᵀ y_il
+            if need_phi:
+                grads_phi.append(wc.unsqueeze(-1) * (zc.unsqueeze(-1) * y).sum(-2))
+            if need_z:
+                grads_z.append(wc.unsqueeze(-1) * dots)
+            if need_w:
+                grads_w.append(0.5 * (zc * dots).sum(-1))
+
+        d_phi = _sum_to(torch.cat(grads_phi, dim=-2), phi.shape) if need_phi else None
+        d_z = _sum_to(torch.cat(grads_z, dim=-2), z.shape) if need_z else None
+        d_w = _sum_to(torch.cat(grads_w, dim=-1), weights.shape) if need_w else None
+        return d_phi, d_z, d_w
 
 
 class GPXInducingLinearOperator(LinearOperator):
@@ -57,8 +124,8 @@ class GPXInducingLinearOperator(LinearOperator):
     :math:`\mathbf I + \mathbf R^\top\mathbf D^{-1}\mathbf R`, and
     :math:`\log|\mathbf C| = \log|\mathbf D| + \log|\mathbf I + \mathbf R^\top\mathbf D^{-1}\mathbf R|`:
     :math:`O(n d^2 M^2 + d^3 M^3)` time, deterministic (L-BFGS works), and :math:`O(nM + d^2M^2)`
-    memory — :math:`\mathbf R` is never stored: it is formed in row chunks (recomputed in the backward
-    pass) when the capacitance is built, and applied implicitly otherwise.
+    memory — :math:`\mathbf R` is never stored: the capacitance and its gradient are formed in row
+    chunks, and :math:`\mathbf R` is applied implicitly otherwise.
 
     Indexing follows :class:`~gpytorch_explain.GPXKernel`: a diagonal block (e.g. the train block of a
     joint train+test covariance) keeps its part of :math:`\mathbf s`, an off-diagonal block is the plain
@@ -196,17 +263,9 @@ class GPXInducingLinearOperator(LinearOperator):
     def capacitance(self) -> Tensor:
         r""":math:`\mathbf I + \mathbf R^\top\mathbf D^{-1}\mathbf R` (``dM x dM``), formed in row chunks."""
         self._check_positive()
-        n, dm = self.size(-1), self.num_features * self.num_inducing
-        weights = self.diag_values.reciprocal()
-        step = max(1, _CHUNK_ELEMENTS // max(dm, 1))
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (self.phi, self.z, self.diag_values))
-        cap = torch.eye(dm, dtype=self.dtype, device=self.device).expand(*self.batch_shape, dm, dm)
-        for start in range(0, n, step):
-            sl = slice(start, start + step)
-            args = (self.phi[..., sl, :], self.z[..., sl, :], weights[..., sl])
-            part = checkpoint(_weighted_gram, *args, use_reentrant=False) if grad else _weighted_gram(*args)
-            cap = cap + part
-        return cap
+        dm = self.num_features * self.num_inducing
+        gram = _WeightedGram.apply(self.phi, self.z, self.diag_values.reciprocal())
+        return gram + torch.eye(dm, dtype=self.dtype, device=self.device)
 
     @property
     @cached(name="capacitance_cholesky")

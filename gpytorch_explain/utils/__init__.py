@@ -1,6 +1,6 @@
 from .gp import ensure_prediction_strategy
 from .heuristics import median_heuristic_lengthscale
-from .linalg import dense_gaussian_nll
+from .linalg import dense_gaussian_nll, solve_checked
 from .validation import check_feature_names, check_matrix, check_same_rows, check_vector
 
 __all__ = [
@@ -11,4 +11,5 @@ __all__ = [
     "dense_gaussian_nll",
     "ensure_prediction_strategy",
     "median_heuristic_lengthscale",
+    "solve_checked",
 ]

@@ -8,7 +8,45 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["dense_gaussian_nll"]
+__all__ = ["dense_gaussian_nll", "solve_checked"]
+
+
+def solve_checked(operator, rhs: Tensor, limit: float | None = None, what: str = "the solve") -> Tensor:
+    r""":math:`\mathbf C^{-1}\mathbf B` through ``operator.solve``, with the relative residual checked.
+
+    Iterative solvers (GPyTorch's CG above ``max_cholesky_size``) stop after a maximum number of
+    iterations with only a warning; derived quantities (local weights, attributions) would then be
+    silently wrong. This computes :math:`\max_j \|\mathbf C\mathbf x_j - \mathbf b_j\| / \|\mathbf b_j\|`
+    (one extra product with :math:`\mathbf C`) and raises
+    :class:`~gpytorch_explain.errors.ConvergenceError` when it exceeds ``limit`` (default:
+    :func:`gpytorch_explain.settings.cg_residual_limit`) or the result is not finite.
+
+    Example:
+        >>> import torch
+        >>> from linear_operator.operators import DenseLinearOperator
+        >>> a = torch.eye(3, dtype=torch.float64) * 2
+        >>> solve_checked(DenseLinearOperator(a), torch.ones(3, 1, dtype=torch.float64)).squeeze(-1)
+        tensor([0.5000, 0.5000, 0.5000], dtype=torch.float64)
+    """
+    from ..errors import ConvergenceError
+    from ..settings import cg_residual_limit
+
+    if limit is None:
+        limit = cg_residual_limit(rhs.dtype)
+    res = operator.solve(rhs)
+    if not torch.isfinite(res).all():
+        raise ConvergenceError(f"{what} returned NaN or infinite values (the training covariance may be singular).")
+    with torch.no_grad():
+        resid = (operator.matmul(res.detach()) - rhs.detach()).norm(dim=-2)
+        rel = (resid / rhs.detach().norm(dim=-2).clamp_min(torch.finfo(rhs.dtype).tiny)).max().item()
+    if rel > limit:
+        raise ConvergenceError(
+            f"Conjugate gradients did not converge for {what}: relative residual {rel:.2e} > {limit:.0e} "
+            "(gpytorch_explain.settings.max_cg_residual). Raise gpytorch.settings.max_cg_iterations or "
+            "gpytorch.settings.max_preconditioner_size, use float64, or use an inducing-point base kernel "
+            "(solved exactly)."
+        )
+    return res
 
 
 class _DenseGaussianNLL(torch.autograd.Function):
