@@ -11,6 +11,7 @@ from .functionals import Gradient, IntegratedGradient
 from .kernels import DerivedKernel, GradientKernel, IntegratedGradientKernel
 from .plotting import plot_attribution_bars, plot_attribution_path
 from .posterior import AttributionDistribution, CompletenessGaps, IntegratedGradients, PosteriorGradient
+from .sgpr import sgpr_functional_posterior
 from .variational import variational_functional_posterior
 
 __all__ = [
@@ -31,5 +32,6 @@ __all__ = [
     "functional_mean",
     "plot_attribution_bars",
     "plot_attribution_path",
+    "sgpr_functional_posterior",
     "variational_functional_posterior",
 ]

@@ -8,6 +8,7 @@ import math
 import torch
 from gpytorch.kernels import (
     AdditiveKernel,
+    InducingPointKernel,
     Kernel,
     LinearKernel,
     RBFKernel,
@@ -41,6 +42,8 @@ class DerivedCovariance:
     forms), ``LinearKernel`` and ``RFFKernel``; ``ScaleKernel`` and sums (``AdditiveKernel``,
     ``k1 + k2``) are handled by linearity; any other differentiable kernel goes through the
     generic path (autograd derivatives, Gauss–Legendre path integrals of order ``order``).
+    An ``InducingPointKernel`` anywhere in ``kernel`` raises ``NotImplementedError`` (SGPR models are handled
+    by :mod:`~gpytorch_explain.attribution.sgpr` with the base kernel).
 
     :param kernel: The GPyTorch kernel :math:`k`.
     :param functional: :class:`Gradient` or :class:`IntegratedGradient`.
@@ -50,6 +53,12 @@ class DerivedCovariance:
     def __init__(self, kernel: Kernel, functional: Functional, order: int = DEFAULT_ORDER):
         if not isinstance(kernel, Kernel):
             raise TypeError(f"kernel must be a gpytorch Kernel, got {type(kernel).__name__}.")
+        if any(isinstance(module, InducingPointKernel) for module in kernel.modules()):
+            # its eval-mode covariance adds a non-differentiable diagonal correction at coincident inputs
+            raise NotImplementedError(
+                "Derived covariances of an InducingPointKernel (SGPR) are not defined here; PosteriorGradient and "
+                "IntegratedGradients handle SGPR models by conditioning in inducing space with its base kernel."
+            )
         self.kernel = kernel
         self.functional = functional
         self.order = int(order)

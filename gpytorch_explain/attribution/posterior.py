@@ -21,8 +21,21 @@ from ..operators import AttributionPosteriorLinearOperator
 from ..utils import ensure_prediction_strategy
 from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean
 from .functionals import Functional, Gradient, IntegratedGradient
+from .sgpr import (
+    contains_inducing_point_kernel,
+    is_sgpr_model,
+    sgpr_conditioning,
+    sgpr_functional_posterior,
+    sgpr_model_parts,
+)
 
-__all__ = ["AttributionDistribution", "PosteriorGradient", "IntegratedGradients", "CompletenessGaps"]
+__all__ = [
+    "AttributionDistribution",
+    "PosteriorGradient",
+    "IntegratedGradients",
+    "CompletenessGaps",
+    "MAX_ROW_ELEMENTS",
+]
 
 
 @dataclass
@@ -81,6 +94,30 @@ class _GPXSmoothKernel(ProductKernel):
         return res
 
 
+#: largest number of elements of the derived cross-covariance (points x D x n training inputs, or x M inducing points
+#: for variational and SGPR models) formed at once; above it the mean is computed in chunks of points and the
+#: covariance operator recomputes its rows per chunk (``lazy_rows``)
+MAX_ROW_ELEMENTS = 2**24
+
+
+def _point_chunks(x: Tensor, X: Tensor, batch_shape: tuple[int, ...] = ()) -> list[slice]:
+    """Slices of the ``m`` points of ``x`` whose cross-covariance with ``X`` has at most :data:`MAX_ROW_ELEMENTS`."""
+    m = x.size(-2)
+    batch = torch.broadcast_shapes(x.shape[:-2], X.shape[:-2], batch_shape).numel()
+    per_point = max(1, batch * x.size(-1) * X.size(-2))
+    step = max(1, MAX_ROW_ELEMENTS // per_point)
+    return [slice(start, min(start + step, m)) for start in range(0, m, step)]
+
+
+def _reject_inducing_point_kernel(kernel: Kernel, where: str) -> None:
+    if contains_inducing_point_kernel(kernel):
+        raise NotImplementedError(
+            f"An InducingPointKernel inside {where} is not supported: attribution GPs handle SGPR only as an "
+            "ExactGP whose covar_module is the InducingPointKernel itself (its base kernel may be any supported "
+            "kernel, e.g. ScaleKernel(RBFKernel()))."
+        )
+
+
 class _FunctionalPosterior:
     r"""Posterior of a linear functional :math:`\mathcal L f` of a trained ``ExactGP``'s latent :math:`f`."""
 
@@ -89,6 +126,7 @@ class _FunctionalPosterior:
         self.functional = functional
         self.order = int(order)
         self._kernel, self._mean, self._dims = self._model_parts(model)
+        self._sgpr = is_sgpr_model(model)
 
     # ------------------------------------------------------------------ model inspection
     @staticmethod
@@ -97,6 +135,7 @@ class _FunctionalPosterior:
             from .variational import variational_model_parts
 
             kernel, mean = variational_model_parts(model)
+            _reject_inducing_point_kernel(kernel, "an ApproximateGP's covar_module")
             return kernel, mean, None
         if not isinstance(model, ExactGP):
             raise TypeError(f"model must be a gpytorch ExactGP, got {type(model).__name__}.")
@@ -116,6 +155,7 @@ class _FunctionalPosterior:
             linear.variance = 1.0
             linear.raw_variance.requires_grad_(False)
             linear = linear.to(model.covar_module.raw_weight_noise)
+            _reject_inducing_point_kernel(model.covar_module.base_kernel, "a GPXModel's base kernel")
             kernel = _GPXSmoothKernel(model.covar_module.base_kernel, linear)
             return kernel, None, model.x_dims
         if not hasattr(model, "covar_module") or not isinstance(model.covar_module, Kernel):
@@ -123,6 +163,10 @@ class _FunctionalPosterior:
                 "The model needs a `covar_module` Kernel that defines its prior covariance (as in the "
                 "GPyTorch tutorials); custom forward() compositions are not supported."
             )
+        if is_sgpr_model(model):  # SGPR: conditioned in inducing space, with the base kernel as the prior
+            kernel, mean = sgpr_model_parts(model)
+            return kernel, mean, None
+        _reject_inducing_point_kernel(model.covar_module, "an ExactGP's covar_module (other than at its top level)")
         return model.covar_module, getattr(model, "mean_module", None), None
 
     def _train_inputs(self) -> Tensor:
@@ -218,11 +262,23 @@ class _FunctionalPosterior:
 
     # ------------------------------------------------------------------ the posterior
     def __call__(self, x: Tensor) -> MultitaskMultivariateNormal:
+        r"""The attribution GP at ``x`` (``(m, D)`` or ``(*batch, m, D)``).
+
+        For an ``ExactGP`` the derived cross-covariance :math:`\mathbf B` (``m x D x n``) is formed at once only
+        when it has at most :data:`MAX_ROW_ELEMENTS` elements. Otherwise the mean
+        :math:`\mathbf B^\top\boldsymbol\alpha` is accumulated over chunks of points and the covariance
+        operator recomputes the rows of :math:`\mathbf B` chunk by chunk when it needs them (memory
+        :math:`O(\text{chunk}\cdot Dn)`; the results are the same up to round-off). SGPR models condition
+        in inducing space (:mod:`~gpytorch_explain.attribution.sgpr`) and variational models on
+        :math:`q(\mathbf u)`, where :math:`\mathbf B` is only ``m x D x M``.
+        """
         x = self._check_x(x)
         if isinstance(self.model, ApproximateGP):
             from .variational import variational_functional_posterior
 
             return variational_functional_posterior(self.model, self.functional, x, order=self.order)
+        if self._sgpr:
+            return sgpr_functional_posterior(self.model, self.functional, x, order=self.order)
         strategy = self._strategy()
         X = self._train_inputs()
         if self._dims is not None:  # GPX with z = x: the kernel input is x itself
@@ -232,11 +288,22 @@ class _FunctionalPosterior:
         if gsettings.detach_test_caches.on():
             X, alpha = X.detach(), alpha.detach()
         derived = DerivedCovariance(self._kernel, self.functional, order=self.order)
-        rows = derived.cross(x, X)  # (*batch, m, D, n)
-        mean = (rows @ alpha.unsqueeze(-1).unsqueeze(-3)).squeeze(-1)
+        chunks = _point_chunks(x, X)
+        if len(chunks) <= 1:  # everything at once
+            rows = derived.cross(x, X)  # (*batch, m, D, n)
+            mean = (rows @ alpha.unsqueeze(-1).unsqueeze(-3)).squeeze(-1)
+            covar = AttributionPosteriorLinearOperator(x, rows, factor, factor_type=factor_type, derived=derived)
+        else:  # bounded memory: B is never held whole
+            parts = [
+                (derived.cross(x[..., points, :], X) @ alpha.unsqueeze(-1).unsqueeze(-3)).squeeze(-1)
+                for points in chunks
+            ]
+            mean = torch.cat(parts, dim=-2)
+            covar = AttributionPosteriorLinearOperator(
+                x, X, factor, factor_type=factor_type, derived=derived, lazy_rows=True
+            )
         if self._mean is not None:
             mean = mean + functional_mean(self._mean, self.functional, x, order=self.order)
-        covar = AttributionPosteriorLinearOperator(x, rows, factor, factor_type=factor_type, derived=derived)
         return AttributionDistribution(mean, covar, interleaved=True)
 
     def quadrature_error(self, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -267,6 +334,10 @@ class PosteriorGradient(_FunctionalPosterior):
     :math:`\mathbb E = \mathbf K_{\partial *, U}\mathbf K_{UU}^{-1}\mathbf m`,
     :math:`\operatorname{Cov} = \mathbf K_{\partial\partial} - \mathbf K_{\partial *,U}\mathbf K_{UU}^{-1}
     (\mathbf K_{UU} - \mathbf S)\mathbf K_{UU}^{-1}\mathbf K_{U,\partial *}` (whitened equivalents).
+    SGPR models (an ``ExactGP`` whose ``covar_module`` is an ``InducingPointKernel``) use the same formulas with
+    the optimal :math:`q(\mathbf u)` of their training data and the base kernel as the prior, computed once in
+    :math:`O(nM^2)` and cached on the prediction strategy (:mod:`~gpytorch_explain.attribution.sgpr`). For large
+    ``ExactGP``\ s the derived cross-covariances are formed in chunks of points (:data:`MAX_ROW_ELEMENTS`).
 
     Differentiation is linear, so under the GP posterior the gradient is a GP:
 
@@ -320,7 +391,8 @@ class IntegratedGradients(_FunctionalPosterior):
     which is still a GP. Completeness holds in mean and in distribution:
     :math:`\sum_i \mathrm{IG}_i(\mathbf x) = f(\mathbf x) - \bar f(\mathbf b)` (see :meth:`completeness`).
 
-    :param model: A trained ``ExactGP`` (eval mode) with a Gaussian likelihood, a
+    :param model: A trained ``ExactGP`` (eval mode) with a Gaussian likelihood (an SGPR model, with an
+        ``InducingPointKernel`` as its ``covar_module``, included), a
         :class:`~gpytorch_explain.GPXModel` with :math:`\mathbf z = \mathbf x` (then the smooth part
         :math:`\mathbf g(\mathbf x)^\top\mathbf x` of the latent is attributed), or an ``ApproximateGP``
         (see :class:`PosteriorGradient`).
@@ -407,6 +479,8 @@ class IntegratedGradients(_FunctionalPosterior):
             from .variational import variational_conditioning
 
             latent = variational_conditioning(self.model).latent
+        elif self._sgpr:
+            latent = sgpr_conditioning(self.model).latent
         else:
             strategy = self._strategy()
             X = self._train_inputs()

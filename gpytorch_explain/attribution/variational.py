@@ -212,19 +212,33 @@ class VariationalConditioning:
         Mean ``(*batch, m, D)``; covariance interleaved (row ``point * D + feature``), lazy.
         """
         from ..operators import AttributionPosteriorLinearOperator
-        from .posterior import AttributionDistribution
+        from .posterior import AttributionDistribution, _point_chunks
 
         derived = DerivedCovariance(self.kernel, functional, order=order)
-        rows = derived.cross(x, self.inducing_points)  # (*b, m, D, u)
-        batch = self._batch(rows.shape[:-3], x.shape[:-2])
-        rows = rows.expand(*batch, *rows.shape[-3:])
-        mean = (rows @ self.weights[..., None, :, None]).squeeze(-1)  # (*batch, m, D)
+        Z = self.inducing_points
+        chunks = _point_chunks(x, Z, self._batch(x.shape[:-2]))
+        if len(chunks) <= 1:
+            rows = derived.cross(x, Z)  # (*b, m, D, u)
+            batch = self._batch(rows.shape[:-3], x.shape[:-2])
+            rows = rows.expand(*batch, *rows.shape[-3:])
+            mean = (rows @ self.weights[..., None, :, None]).squeeze(-1)  # (*batch, m, D)
+            covar = AttributionPosteriorLinearOperator(
+                x, rows, self.cholesky, factor_type="cholesky", derived=derived, middle=self.middle
+            )
+        else:  # many points: the rows (m x D x u) are formed chunk by chunk, and lazily by the covariance
+            mean = torch.cat(
+                [(derived.cross(x[..., p, :], Z) @ self.weights[..., None, :, None]).squeeze(-1) for p in chunks],
+                dim=-2,
+            )
+            batch = self._batch(x.shape[:-2])
+            middle = self.middle.expand(*batch, *self.middle.shape[-2:])  # the operator takes q(u)'s batch from it
+            covar = AttributionPosteriorLinearOperator(
+                x, Z, self.cholesky, factor_type="cholesky", derived=derived, middle=middle, lazy_rows=True
+            )
+            batch = torch.broadcast_shapes(covar.batch_shape, mean.shape[:-2])
         if self.mean_module is not None:
             mean = mean + functional_mean(self.mean_module, functional, x, order=order)
         mean = mean.expand(*batch, *x.shape[-2:])
-        covar = AttributionPosteriorLinearOperator(
-            x, rows, self.cholesky, factor_type="cholesky", derived=derived, middle=self.middle
-        )
         return AttributionDistribution(mean, covar, interleaved=True)
 
     def latent(self, points: Tensor) -> tuple[Tensor, Tensor]:
