@@ -448,6 +448,7 @@ class GPXModel(gpytorch.models.ExactGP):
         params = [p for p in self.parameters() if p.requires_grad]
         inputs = self.train_inputs[0]
         history: list[float] = []
+        self.fit_history = history  # filled as the fit goes (also when it is interrupted)
 
         from tqdm.auto import tqdm
 
