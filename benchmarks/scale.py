@@ -449,12 +449,40 @@ def run_model(which: str, args) -> dict:
             pred = mean
         res["rmse"] = (pred - y_test[:m]).pow(2).mean().sqrt().item()
 
+    if which == "gpr" and args.attributions and not stopped:
+        try:
+            res["attributions"] = attribution_check(model, x_test[: args.attributions])
+        except Exception as exc:
+            res["attributions"] = f"error: {type(exc).__name__}: {exc}"
     if which == "gpx" and args.check_exact and not stopped:
         try:
             res["exact_check"] = check_exact(model, x, y, x_test, args, love)
         except Exception as exc:  # report, do not lose the main numbers
             res["exact_check"] = {"error": f"{type(exc).__name__}: {exc}"}
     return res
+
+
+def attribution_check(model, x_test) -> str:
+    """IG attribution GPs (means and per-point covariance blocks) of the trained GPR at ``x_test``."""
+    from gpytorch_explain import IntegratedGradients
+
+    ig = IntegratedGradients(model)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        post = ig(x_test)
+        std = post.variance.clamp_min(0).sqrt()
+        blocks = post.lazy_covariance_matrix.point_blocks()
+    elapsed = time.perf_counter() - t0
+    with torch.no_grad():
+        gaps = ig.completeness(x_test)
+    scale = post.mean.abs().sum(-1).clamp_min(1e-12)
+    mean_gap = (gaps.mean_gap.abs() / scale).max().item()
+    var_gap = gaps.variance_gap.abs().max().item()
+    return (
+        f"IG means + {blocks.size(-1)}x{blocks.size(-1)} covariance blocks at {x_test.size(0)} points in "
+        f"{elapsed:.1f} s (median std {std.median().item():.3g}); completeness: max |mean gap| / sum|IG| "
+        f"{mean_gap:.1e}, max |variance gap| {var_gap:.1e}"
+    )
 
 
 def _compare(mean, std, ref_mean, ref_std) -> str:
@@ -580,6 +608,8 @@ def report(args, info: str, results: list[dict]) -> None:
             by_feat = ", ".join(f"{c:.3f}" for c in r["coverage_by_feature"])
             rmse = r["weight_rmse"]
             print(f"{r['model']} weights: RMSE to the true weights {rmse:.4f}, coverage by feature {by_feat}")
+        if "attributions" in r:
+            print(f"{r['model']} attribution GPs: {r['attributions']}")
         if "exact_check" in r:
             for key, value in r["exact_check"].items():
                 print(f"{r['model']} exactness check, {key}: {value}")
@@ -626,6 +656,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--test-chunk", type=int, default=None, help="test points per predict_weights call")
     parser.add_argument("--check-exact", action="store_true", help="GPX: scalable vs Cholesky on 5,000 rows")
+    parser.add_argument(
+        "--attributions", type=int, default=0, help="GPR: IG attribution GPs at this many test points (0: off)"
+    )
     parser.add_argument("--max-dense-n", type=int, default=20_000, help="exact without pykeops: largest n")
     parser.add_argument("--dims", type=int, default=3, help="synthetic: D = d")
     parser.add_argument("--true-lengthscale", type=float, default=1.0)
