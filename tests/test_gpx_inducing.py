@@ -274,3 +274,19 @@ def test_chunked_weighted_gram_gradients(monkeypatch, chunk):
     assert torch.autograd.gradcheck(inducing_module._WeightedGram.apply, (phi, z, w))
     root = inducing_module._root_block(phi, z)
     assert torch.allclose(inducing_module._WeightedGram.apply(phi, z, w), (root * w.unsqueeze(-1)).T @ root)
+
+
+def test_float32_inducing_path_agrees_with_float64():
+    model, x, z, y = _model(n=80)
+    xt = torch.randn(5, x.size(-1), generator=torch.Generator().manual_seed(8), dtype=DT)
+    model.eval()
+    with explain_settings.max_cholesky_size(0), gpytorch.settings.max_cholesky_size(0), torch.no_grad():
+        ref = model.predict_weights(xt)
+        model32 = model.train().float()  # train() clears the kernel's cached inducing factors
+        model32.eval()
+        model32.set_train_data(x.float(), y.float(), strict=False)
+        post = model32.predict_weights(xt.float())
+    assert post.mean.dtype == torch.float32
+    scale = ref.mean.abs().max()
+    assert (post.mean.double() - ref.mean).abs().max() <= 1e-3 * scale
+    assert ((post.variance.double() - ref.variance).abs() / ref.variance).max() <= 1e-3
