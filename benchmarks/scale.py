@@ -368,11 +368,14 @@ def run_model(which: str, args) -> dict:
             res["warm_s"] = time.perf_counter() - t0
             del sub_model
             model.train()
-        if which == "gpx":
-            model.fit(max_iter=args.full_iter or args.max_iter, progress=args.progress)
+        full_iter = args.max_iter if args.full_iter is None else args.full_iter
+        if full_iter == 0:  # keep the subset's hyperparameters; condition on all rows only
+            history = []
+        elif which == "gpx":
+            model.fit(max_iter=full_iter, progress=args.progress)
             history = model.fit_history
         else:
-            history = fit_gpr(model, args.full_iter or args.max_iter)
+            history = fit_gpr(model, full_iter)
     except BudgetExceeded:
         history = getattr(model, "fit_history", [])
         stopped = True
