@@ -30,9 +30,11 @@ target standardised with the training split's statistics, ``z = x``):
   ``w(x) = g(x) + eps_w`` with each ``g_l`` an independent GP(0, RBF) sample approximated by random
   Fourier features, ``y = w^T z + eps_y``. The true ``w`` at the test points gives the calibration.
 * ``protein`` (protein_casp.csv, 45,730 x 9, target RMSD), ``kin40k`` (kin40k.csv, 40,000 x 8,
-  target y), ``beijing`` (beijing_air_quality_pm25.csv, 412,029 rows; the 13 numeric columns year ..
-  WSPM without PM2.5; the strings ``wd`` and ``station`` are dropped; rows without a target are
-  dropped; missing features are imputed with the training median).
+  target y), ``beijing`` (beijing_air_quality_pm25.csv, 412,029 rows; the 14 numeric columns year, month, day,
+  hour, PM10, SO2, NO2, CO, O3, TEMP, PRES, DEWP, RAIN, WSPM, untransformed; the strings ``wd`` and
+  ``station`` are dropped; rows without a target are dropped; missing features are imputed with the
+  training median; a random row split. ``tutorials/explain_400k_rows.py`` makes the choices an
+  explanation needs instead: no PM10 or day, log transforms, whole days held out).
 
 ``--check-exact`` adds, for GPX, a comparison on a 5,000-row training subset with the fitted
 hyperparameters: the scalable prediction path forced (dense limits 0) against the exact Cholesky
