@@ -4,7 +4,7 @@ r"""Hadamard product of any LinearOperator with a rank-:math:`d` outer product."
 from __future__ import annotations
 
 import torch
-from linear_operator.operators import LinearOperator, to_linear_operator
+from linear_operator.operators import DenseLinearOperator, LinearOperator, to_linear_operator
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
@@ -208,10 +208,29 @@ class LowRankHadamardLinearOperator(LinearOperator):
 
     @cached
     def to_dense(self) -> Tensor:
-        return self.base_linear_op.to_dense() * (self.left_factor @ self.right_factor.mT)
+        return _dense(self._evaluated_base()) * (self.left_factor @ self.right_factor.mT)
 
     def _mul_constant(self, other: Tensor | float) -> LinearOperator:
         return self.__class__(self.base_linear_op._mul_constant(other), self.left_factor, self.right_factor)
+
+
+#: Densifying a structured base operator takes products with blocks of identity columns holding at most
+#: this many entries each (``n × block``). Interpolated (KISS-GP) operators expand a product's
+#: right-hand side by their interpolation width (64 for cubic interpolation in 3-D), so densifying
+#: one in a single product would need ``64 n²`` entries of workspace.
+DENSE_BLOCK_ELEMENTS = 2**21
+
+
+def _dense(op: LinearOperator) -> Tensor:
+    """``op.to_dense()``, through blocks of identity columns for structured (non-dense) operators."""
+    if isinstance(op, DenseLinearOperator) or not isinstance(op, LinearOperator):
+        return op.to_dense()
+    rows, cols = op.size(-2), op.size(-1)
+    block = max(16, DENSE_BLOCK_ELEMENTS // max(rows, 1))
+    if block >= cols:
+        return op.to_dense()
+    eye = torch.eye(cols, dtype=op.dtype, device=op.device)
+    return torch.cat([op.matmul(eye[:, j : j + block]) for j in range(0, cols, block)], dim=-1)
 
 
 def _is_lazy_kernel(op: LinearOperator) -> bool:
