@@ -217,6 +217,7 @@ def test_kissgp_to_dense_in_blocks_matches_and_keeps_gradients(monkeypatch):
     ref_grad = torch.autograd.grad(ref.sum(), base.base_kernel.raw_lengthscale)[0]
     monkeypatch.setattr(mod, "DENSE_BLOCK_ELEMENTS", 40 * 16)  # blocks of 16 columns: 3 products
     op = LowRankHadamardLinearOperator(base(x, x), z, z)
+    assert mod._has_interpolation(op._evaluated_base())  # the blocked path is the one under test
     dense = op.to_dense()
     torch.testing.assert_close(dense, ref, **TOL)
     grad = torch.autograd.grad(dense.sum(), base.base_kernel.raw_lengthscale)[0]

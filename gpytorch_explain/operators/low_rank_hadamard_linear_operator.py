@@ -4,7 +4,7 @@ r"""Hadamard product of any LinearOperator with a rank-:math:`d` outer product."
 from __future__ import annotations
 
 import torch
-from linear_operator.operators import DenseLinearOperator, LinearOperator, to_linear_operator
+from linear_operator.operators import InterpolatedLinearOperator, LinearOperator, to_linear_operator
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
@@ -221,9 +221,15 @@ class LowRankHadamardLinearOperator(LinearOperator):
 DENSE_BLOCK_ELEMENTS = 2**21
 
 
+def _has_interpolation(op) -> bool:
+    if isinstance(op, InterpolatedLinearOperator):
+        return True
+    return isinstance(op, LinearOperator) and any(_has_interpolation(arg) for arg in op._args)
+
+
 def _dense(op: LinearOperator) -> Tensor:
-    """``op.to_dense()``, through blocks of identity columns for structured (non-dense) operators."""
-    if isinstance(op, DenseLinearOperator) or not isinstance(op, LinearOperator):
+    """``op.to_dense()``, through blocks of identity columns for operators with interpolation (KISS-GP)."""
+    if not _has_interpolation(op):
         return op.to_dense()
     rows, cols = op.size(-2), op.size(-1)
     block = max(16, DENSE_BLOCK_ELEMENTS // max(rows, 1))
