@@ -219,6 +219,11 @@ def test_weight_posterior_in_inducing_space_matches_brute_force(separate_z, corr
             post = model.predict_weights(xt)
             if limit == 0:
                 assert isinstance(post.lazy_covariance_matrix, InducingWeightPosteriorLinearOperator)
+                # one point takes the triangular-solve route, six the explicit L⁻¹ one (3·m·d vs dM = 7d)
+                one = model.predict_weights(xt[:1])
+                assert torch.allclose(one.covariance_matrix, ref_cov[:d, :d], rtol=1e-8, atol=1e-10)
+                blocks1 = one.lazy_covariance_matrix.point_blocks()
+                assert torch.allclose(blocks1[0], ref_cov[:d, :d], rtol=1e-8, atol=1e-10)
             assert torch.allclose(post.mean, ref_mean, rtol=1e-8, atol=1e-10)
             assert torch.allclose(post.covariance_matrix, ref_cov, rtol=1e-8, atol=1e-10)
             assert torch.allclose(post.variance, ref_cov.diagonal().reshape(6, d), rtol=1e-8, atol=1e-10)
