@@ -92,7 +92,7 @@ class InducingWeightPosteriorLinearOperator(LinearOperator):
         r""":math:`\mathbf L^{-1}`, ``(*batch, dM, dM)`` (lower-triangular), once for all points."""
         chol = self.capacitance_cholesky
         eye = torch.eye(chol.size(-1), dtype=chol.dtype, device=chol.device)
-        return torch.linalg.solve_triangular(chol, eye, upper=False)
+        return torch.linalg.solve_triangular(chol, eye, upper=False).contiguous()  # LAPACK returns it column-major
 
     def _h_columns(self, points: slice) -> Tensor:
         r""":math:`\mathbf H` for some points, ``(*batch, dM, |P|·d)`` (point-major).
