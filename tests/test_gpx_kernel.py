@@ -565,3 +565,37 @@ def test_mll_step_iterative_path_n3000():
     for g, g_ref in zip(grads, ref_grads, strict=True):
         assert torch.isfinite(g).all()
         torch.testing.assert_close(g, g_ref, rtol=0.15, atol=5e-3)
+
+
+@pytest.mark.filterwarnings("ignore:KeOps is not installed")
+@pytest.mark.parametrize("dense_limit", [None, 0])
+def test_keops_kernel_base_matches_the_standard_kernel(dense_limit):
+    """``gpytorch.kernels.keops.RBFKernel`` as GPX's base (KeOps when pykeops is installed, GPyTorch's own
+    fallback otherwise) gives the weights of ``RBFKernel``: on the Cholesky path to round-off, on the CG
+    path (dense limits 0) within the solve tolerance."""
+    from contextlib import ExitStack
+
+    from gpytorch.kernels.keops import RBFKernel as KeOpsRBFKernel
+
+    from gpytorch_explain import settings as explain_settings
+
+    gen = _gen(3)
+    x = torch.randn(200, 3, dtype=DTYPE, generator=gen)
+    y = torch.randn(200, dtype=DTYPE, generator=gen)
+    xt = torch.randn(5, 3, dtype=DTYPE, generator=gen)
+
+    def weights(base):
+        model = GPXModel(x, y, base_kernel=ScaleKernel(base).to(DTYPE))
+        model.eval()
+        with ExitStack() as stack, torch.no_grad():
+            if dense_limit is not None:
+                stack.enter_context(gsettings.max_cholesky_size(dense_limit))
+                stack.enter_context(explain_settings.max_cholesky_size(dense_limit))
+            post = model.predict_weights(xt)
+            return post.mean, post.variance
+
+    mean, var = weights(KeOpsRBFKernel())
+    ref_mean, ref_var = weights(RBFKernel())
+    tol = TOL if dense_limit is None else {"rtol": 1e-4, "atol": 1e-6}
+    torch.testing.assert_close(mean, ref_mean, **tol)
+    torch.testing.assert_close(var, ref_var, **tol)
