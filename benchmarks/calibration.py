@@ -75,7 +75,13 @@ def one_draw(n: int, seed: int, args) -> dict:
 
     t0 = time.perf_counter()
     sub_model = GPXModel(x[sub], y[sub], likelihood=likelihood, base_kernel=kernel)
-    sub_model.fit(max_iter=args.max_iter)
+    if args.true_hypers:  # the generating values: checks the inference, not the hyperparameter fit
+        kernel.base_kernel.outputscale = sargs.true_outputscale
+        kernel.base_kernel.base_kernel.lengthscale = sargs.true_lengthscale
+        likelihood.noise = sargs.true_noise
+        sub_model.weight_noise = sargs.true_weight_noise
+    else:
+        sub_model.fit(max_iter=args.max_iter)
     t_fit = time.perf_counter() - t0
     sub_model.eval()
     sub_cov = _coverage(sub_model, x_test, w_true)
@@ -112,13 +118,19 @@ def main():
     parser.add_argument("--max-iter", type=int, default=40)
     parser.add_argument("--dims", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--true-hypers",
+        action="store_true",
+        help="use the generating hyperparameters (random inducing rows) instead of fitting them",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", category=gpytorch.utils.warnings.NumericalWarning)
     print(
         f"GPX weight calibration: synthetic GPX prior, D = d = {args.dims}, M = {args.inducing} inducing points, "
-        f"hyperparameters from {args.subset} rows, {args.n_test} test points per draw, {args.draws} draws; "
+        + ("the generating hyperparameters" if args.true_hypers else f"hyperparameters from {args.subset} rows")
+        + f", {args.n_test} test points per draw, {args.draws} draws; "
         f"torch {torch.__version__}, gpytorch {gpytorch.__version__}, {torch.get_num_threads()} threads\n"
     )
     print(
