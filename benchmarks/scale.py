@@ -410,7 +410,8 @@ def run_model(which: str, args) -> dict:
     t0 = time.perf_counter()
     _alarm(60 * args.max_minutes)
     try:
-        with torch.no_grad(), gsettings.fast_pred_var(love):
+        skip_var = which == "gpr" and args.gpr_mean_only
+        with torch.no_grad(), gsettings.fast_pred_var(love), gsettings.skip_posterior_variances(skip_var):
             for start in range(0, x_test.size(0), chunk):
                 tc = time.perf_counter()
                 xc = x_test[start : start + chunk]
@@ -421,7 +422,7 @@ def run_model(which: str, args) -> dict:
                 else:
                     post = model(xc)
                     means.append(post.mean)
-                    stds.append(post.variance.clamp_min(0).sqrt())
+                    stds.append(torch.full_like(post.mean, math.nan) if skip_var else post.variance.clamp_min(0).sqrt())
                 chunk_times.append(time.perf_counter() - tc)
     except BudgetExceeded:
         stopped = True
@@ -661,6 +662,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--test-chunk", type=int, default=None, help="test points per predict_weights call")
     parser.add_argument("--check-exact", action="store_true", help="GPX: scalable vs Cholesky on 5,000 rows")
+    parser.add_argument(
+        "--gpr-mean-only",
+        action="store_true",
+        help="GPR: predictive means only (skip_posterior_variances); GPyTorch's SGPR variances at 1e6 rows need "
+        "more than 16 GiB",
+    )
     parser.add_argument(
         "--attributions", type=int, default=0, help="GPR: IG attribution GPs at this many test points (0: off)"
     )

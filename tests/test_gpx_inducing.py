@@ -295,3 +295,22 @@ def test_float32_inducing_path_agrees_with_float64():
     scale = ref.mean.abs().max()
     assert (post.mean.double() - ref.mean).abs().max() <= 1e-3 * scale
     assert ((post.variance.double() - ref.variance).abs() / ref.variance).max() <= 1e-3
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_inducing_features_in_row_blocks(monkeypatch, grad):
+    """Φ computed in row blocks (preallocated without autograd, concatenated with it) equals one evaluation,
+    gradients included."""
+    from gpytorch_explain.kernels import gpx_kernel
+
+    model, x, _, _ = _model(n=50)
+    ipk = model.base_kernel
+    ref = gpx_kernel.inducing_features(ipk, x)
+    ref_grad = torch.autograd.grad(ref.sum(), ipk.inducing_points)[0]
+    monkeypatch.setattr(gpx_kernel, "FEATURE_BLOCK_ELEMENTS", 7 * 12)  # 12 rows per block (M = 7): 5 blocks
+    with torch.set_grad_enabled(grad):
+        phi = gpx_kernel.inducing_features(ipk, x)
+    assert phi.requires_grad == grad
+    assert torch.allclose(phi, ref, rtol=1e-12, atol=1e-14)
+    if grad:
+        assert torch.allclose(torch.autograd.grad(phi.sum(), ipk.inducing_points)[0], ref_grad, rtol=1e-10)

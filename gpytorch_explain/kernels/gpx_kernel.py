@@ -80,12 +80,36 @@ class GPXInducingPointAddedLossTerm(AddedLossTerm):
         return -0.5 * (self.trace_diag / (noise + self.weight_diag)).sum(-1)
 
 
+#: Entries of ``K_xU`` evaluated at once by :func:`inducing_features` (its rows go in blocks): the kernel's
+#: temporaries are then of this size rather than ``n × M`` each (4 GB apiece at a million rows, M = 512).
+FEATURE_BLOCK_ELEMENTS = 2**24
+
+
 def inducing_features(kernel: InducingPointKernel, x: Tensor) -> Tensor:
     r"""Nyström features :math:`\boldsymbol\Phi = \mathbf K_{xU}\mathbf L_{UU}^{-\top}`.
 
     :math:`\mathbf Q = \boldsymbol\Phi\boldsymbol\Phi^\top` is the inducing-point approximation of the kernel.
+    Rows are computed in blocks; without autograd they are written into one preallocated result, so the
+    peak memory is :math:`\boldsymbol\Phi` plus one block.
     """
-    return to_dense(kernel.base_kernel(x, kernel.inducing_points)) @ kernel._inducing_inv_root
+    inducing = kernel.inducing_points
+    inv_root = kernel._inducing_inv_root
+    rows = x.size(-2)
+    block = max(1, FEATURE_BLOCK_ELEMENTS // max(inducing.size(-2), 1))
+    if rows <= block:
+        return to_dense(kernel.base_kernel(x, inducing)) @ inv_root
+
+    def part(i: int) -> Tensor:
+        return to_dense(kernel.base_kernel(x[..., i : i + block, :], inducing)) @ inv_root
+
+    if torch.is_grad_enabled():
+        return torch.cat([part(i) for i in range(0, rows, block)], dim=-2)
+    first = part(0)
+    out = first.new_empty(*first.shape[:-2], rows, first.size(-1))
+    out[..., :block, :] = first
+    for i in range(block, rows, block):
+        out[..., i : i + block, :] = part(i)
+    return out
 
 
 class GPXKernel(Kernel):
