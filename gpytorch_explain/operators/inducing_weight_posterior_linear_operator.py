@@ -95,23 +95,35 @@ class InducingWeightPosteriorLinearOperator(LinearOperator):
         return torch.linalg.solve_triangular(chol, eye, upper=False).contiguous()  # LAPACK returns it column-major
 
     def _h_columns(self, points: slice) -> Tensor:
-        r""":math:`\mathbf H` for some points, ``(*batch, dM, |P|·d)`` (point-major).
+        r""":math:`\mathbf H` for some points, ``(*batch, dM, |P|·d)`` (point-major)."""
+        if self._solve_route():
+            return torch.linalg.solve_triangular(self.capacitance_cholesky, self._e_columns(points), upper=False)
+        h = self._h_blocks(points)  # (d, dM, P)
+        return h.permute(*range(h.dim() - 3), -2, -1, -3).reshape(*h.shape[:-3], h.size(-2), -1)
 
-        Column :math:`(p, l)` is :math:`\mathbf L^{-1}(\mathbf e_l \otimes \boldsymbol\phi_p)`, i.e.
-        the ``l``-th ``dM x M`` column block of :math:`\mathbf L^{-1}` times :math:`\boldsymbol\phi_p`.
-        With :math:`\mathbf L^{-1}` formed once (:math:`(dM)^3/3`), a point costs :math:`d^2M^2`
-        instead of the :math:`d^3M^2` of a triangular solve with its :math:`d` columns of
-        :math:`\mathbf E`; the solve is kept when only a few points are asked for.
+    def _solve_route(self) -> bool:
+        # a few points: triangular solves with their columns of E beat forming L⁻¹ once
+        return 3 * self.num_points * self.num_features < self.capacitance_cholesky.size(-1)
+
+    def _h_blocks(self, points: slice) -> Tensor:
+        r""":math:`\mathbf H` for some points by feature, ``(*batch, d, dM, |P|)``.
+
+        Column :math:`(p, l)` of :math:`\mathbf H` is :math:`\mathbf L^{-1}(\mathbf e_l \otimes
+        \boldsymbol\phi_p)`: the ``l``-th ``dM x M`` column block of :math:`\mathbf L^{-1}` (zero above
+        row :math:`lM`, since :math:`\mathbf L^{-1}` is lower-triangular) times :math:`\boldsymbol\phi_p`.
+        With :math:`\mathbf L^{-1}` formed once (:math:`(dM)^3/3`), a point costs about :math:`d^2M^2/2`
+        instead of the :math:`d^3M^2` of a triangular solve with its :math:`d` columns of :math:`\mathbf E`.
         """
         d = self.num_features
-        dm = self.capacitance_cholesky.size(-1)
-        if 3 * self.num_points * d < dm:
-            return torch.linalg.solve_triangular(self.capacitance_cholesky, self._e_columns(points), upper=False)
         phi = self.test_features[..., points, :]  # (P, M)
         inv = self._cholesky_inverse()
-        inv = inv.reshape(*inv.shape[:-1], d, phi.size(-1))  # (dM, d, M): column blocks
-        h = torch.einsum("...alj,...pj->...apl", inv, phi)  # (dM, P, d)
-        return h.reshape(*h.shape[:-2], -1)
+        m_ind = phi.size(-1)
+        batch = torch.broadcast_shapes(inv.shape[:-2], phi.shape[:-2])
+        h = phi.new_zeros(*batch, d, inv.size(-1), phi.size(-2))
+        for feature in range(d):
+            top = feature * m_ind
+            h[..., feature, top:, :] = inv[..., top:, top : top + m_ind] @ phi.mT
+        return h
 
     def _chunks(self):
         dm = self.capacitance_cholesky.size(-1)
@@ -141,8 +153,12 @@ class InducingWeightPosteriorLinearOperator(LinearOperator):
         prior = self.prior_covar._diagonal()[..., None, None] * eye
         parts = [torch.zeros(*self.batch_shape, 0, d, d, dtype=self.dtype, device=self.device)]
         for points in self._chunks():
-            h = self._h_columns(points)  # (dM, P·d)
-            h = h.reshape(*h.shape[:-1], -1, d).movedim(-2, -3)  # (P, dM, d)
+            if self._solve_route():
+                h = self._h_columns(points)  # (dM, P·d)
+                h = h.reshape(*h.shape[:-1], -1, d).movedim(-2, -3)  # (P, dM, d)
+            else:
+                h = self._h_blocks(points)  # (d, dM, P)
+                h = h.permute(*range(h.dim() - 3), -1, -2, -3).contiguous()  # (P, dM, d)
             parts.append(h.mT @ h)
         return prior + torch.cat(parts, dim=-3)
 
