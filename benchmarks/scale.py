@@ -665,8 +665,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--gpr-mean-only",
         action="store_true",
-        help="GPR: predictive means only (skip_posterior_variances); GPyTorch's SGPR variances at 1e6 rows need "
-        "more than 16 GiB",
+        help="GPR: predictive means only (gpytorch.settings.skip_posterior_variances); GPyTorch's SGPR strategy "
+        "still builds its covariance cache",
     )
     parser.add_argument(
         "--attributions", type=int, default=0, help="GPR: IG attribution GPs at this many test points (0: off)"
