@@ -64,7 +64,7 @@ matrix ``I + RᵀD⁻¹R`` (``dM × dM``) and its Cholesky factor; the script ti
 on the whole test split, in standardised log units and in µg/m³ (back-transformed median).
 
 Step 4: the weight posterior at ``--n-explain`` test points (default 10,000): mean and per-point ``d × d``
-covariance (``predict_weights(x).lazy_covariance_matrix.point_blocks()``), ``O(d³M²)`` per point and
+covariance (``predict_weights(x).lazy_covariance_matrix.point_blocks()``), ``O(d²M²)`` per point and
 independent of ``n``. Global feature importance is the mean absolute contribution ``mean_p |φ_pl|``.
 Its uncertainty needs the *joint* posterior over points (the weights of nearby points are strongly
 correlated, so averaging does not average the uncertainty away). The inducing-space posterior has the

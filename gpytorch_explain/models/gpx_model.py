@@ -358,7 +358,7 @@ class GPXModel(gpytorch.models.ExactGP):
         return MultitaskMultivariateNormal(mean, covar, interleaved=True)
 
     def _predict_weights_inducing(self, x, strategy, alpha, detach) -> MultitaskMultivariateNormal:
-        r"""Weights with an inducing-point base, in inducing space (:math:`O(dM)` mean, :math:`O(d^3M^2)`
+        r"""Weights with an inducing-point base, in inducing space (:math:`O(dM)` mean, :math:`O(d^2M^2)`
         covariance per point, independent of :math:`n`); see
         :class:`~gpytorch_explain.operators.InducingWeightPosteriorLinearOperator`."""
         if x.dim() != 2 or alpha.dim() != 1:
