@@ -10,7 +10,17 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["max_cholesky_size", "solve_tolerance", "derived_solve_tolerance", "max_cg_residual", "cg_residual_limit"]
+__all__ = [
+    "max_cholesky_size",
+    "solve_tolerance",
+    "derived_solve_tolerance",
+    "max_cg_residual",
+    "cg_residual_limit",
+    "use_grid_features",
+    "max_grid_feature_width",
+    "grid_root_tolerance",
+    "grid_root_threshold",
+]
 
 
 class _setting:
@@ -101,3 +111,57 @@ def cg_residual_limit(dtype) -> float:
     if limit is None:
         limit = 1e-2 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-4
     return limit
+
+
+class use_grid_features(_setting):
+    r"""Whether GPX treats a KISS-GP base kernel through exact grid features (default ``True``).
+
+    A KISS-GP kernel is :math:`\mathbf K = \mathbf W\mathbf K_{UU}\mathbf W^\top` (sparse interpolation
+    :math:`\mathbf W`, Kronecker grid Gram :math:`\mathbf K_{UU}`). With the eigendecomposition of each
+    Kronecker factor, :math:`\mathbf K_{UU} = \mathbf S\mathbf S^\top` up to the eigenvalues below
+    :class:`grid_root_tolerance`, so :math:`\mathbf K = \boldsymbol\Phi\boldsymbol\Phi^\top` with
+    :math:`\boldsymbol\Phi = \mathbf W\mathbf S` (``n x r``), and GPX solves, log-determinants and weight
+    posteriors are exact by Woodbury, as with an inducing-point base (see
+    :func:`gpytorch_explain.kernels.grid_features`). When the root is wider than
+    :class:`max_grid_feature_width` (short lengthscales, 3-D grids), or with this setting off, GPX uses the
+    lazy Hadamard operator over GPyTorch's interpolated operator and the CG/Lanczos path instead.
+    """
+
+    _global_value = True
+
+    @classmethod
+    def on(cls) -> bool:
+        return bool(cls._global_value)
+
+
+class max_grid_feature_width(_setting):
+    r"""Largest :math:`d\,r` (explanation features times grid-root rank) for which GPX uses exact grid
+    features with a KISS-GP base kernel (default 4096; see :class:`use_grid_features`).
+
+    The Woodbury capacitance is :math:`dr \times dr`; one likelihood evaluation costs
+    :math:`O(n d^2 r^2 + d^3 r^3)`.
+    """
+
+    _global_value = 4096
+
+
+class grid_root_tolerance(_setting):
+    r"""Relative eigenvalue below which the grid Gram's eigenpairs are dropped from the grid root
+    (default ``None``: 1e-12 in float64, 1e-6 in float32; see :class:`use_grid_features`).
+
+    An eigenpair of :math:`\mathbf K_{UU}` is kept when its eigenvalue exceeds this fraction of the
+    largest. What is dropped changes each kernel entry by at most the tolerance times the largest
+    eigenvalue, far below the noise of any GPX model.
+    """
+
+    _global_value = None
+
+
+def grid_root_threshold(dtype) -> float:
+    """The relative eigenvalue cut of the grid root in ``dtype`` (see :class:`grid_root_tolerance`)."""
+    import torch
+
+    tol = grid_root_tolerance.value()
+    if tol is None:
+        tol = 1e-6 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-12
+    return tol

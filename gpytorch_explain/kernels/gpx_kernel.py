@@ -19,7 +19,9 @@ from linear_operator.operators import (
 )
 from torch import Tensor
 
+from .. import settings as explain_settings
 from ..operators import GPXInducingLinearOperator, LowRankHadamardLinearOperator
+from .ski_features import grid_features, supports_grid_features
 
 __all__ = ["GPXKernel"]
 
@@ -246,6 +248,10 @@ class GPXKernel(Kernel):
         xx2, z2 = (xx1, z1) if same else self.split_inputs(x2)
         if isinstance(self.base_kernel, InducingPointKernel):
             return self._inducing_call(xx1, z1, xx2, z2, same, diag)
+        if explain_settings.use_grid_features.on() and supports_grid_features(self.base_kernel):
+            res = self._grid_call(xx1, z1, xx2, z2, same, diag)
+            if res is not None:
+                return res
         if diag:
             base_diag = self.base_kernel(xx1, xx2, diag=True, **params)
             res = base_diag * (z1 * z2).sum(-1)
@@ -276,6 +282,45 @@ class GPXKernel(Kernel):
                 return phi1.pow(2).sum(-1) * zz1 + sample_diag
             return GPXInducingLinearOperator(phi1, z1, sample_diag.expand(phi1.shape[:-1]))
         phi2 = inducing_features(ipk, x2)
+        if diag:
+            return (phi1 * phi2).sum(-1) * (z1 * z2).sum(-1)
+        return LowRankHadamardLinearOperator(MatmulLinearOperator(phi1, phi2.mT), z1, z2)
+
+    def base_covariance(self, x1: Tensor, x2: Tensor | None = None) -> LinearOperator:
+        r"""The base kernel :math:`k(\mathbf X_1, \mathbf X_2)` as this kernel uses it: through exact grid features
+        (:math:`\boldsymbol\Phi_1\boldsymbol\Phi_2^\top`, one grid and one root) for a KISS-GP base when
+        :class:`gpytorch_explain.settings.use_grid_features` applies, else the base kernel's own operator."""
+        same = x2 is None
+        if (
+            explain_settings.use_grid_features.on()
+            and supports_grid_features(self.base_kernel)
+            and x1.dim() == 2
+            and (same or x2.dim() == 2)
+        ):
+            d = self.z_dims if self.z_dims is not None else self.x_dims
+            feats = grid_features(
+                self.base_kernel, x1, x2, max_width=explain_settings.max_grid_feature_width.value() // d
+            )
+            if feats is not None:
+                phi1, phi2 = feats
+                return MatmulLinearOperator(phi1, (phi1 if same else phi2).mT)
+        return to_linear_operator(self.base_kernel(x1, x1 if same else x2))
+
+    def _grid_call(self, x1: Tensor, z1: Tensor, x2: Tensor, z2: Tensor, same: bool, diag: bool):
+        """The GPX covariance with a KISS-GP base through exact grid features, or ``None`` when the grid root is
+        wider than ``gpytorch_explain.settings.max_grid_feature_width`` (or the inputs are batched)."""
+        if x1.dim() != 2 or x2.dim() != 2:
+            return None
+        max_width = explain_settings.max_grid_feature_width.value() // z1.size(-1)
+        feats = grid_features(self.base_kernel, x1, None if same else x2, max_width=max_width)
+        if feats is None:
+            return None
+        phi1, phi2 = feats
+        if same:
+            sample_diag = self.weight_noise * z1.pow(2).sum(-1)
+            if diag:
+                return phi1.pow(2).sum(-1) * z1.pow(2).sum(-1) + sample_diag
+            return GPXInducingLinearOperator(phi1, z1, sample_diag.expand(phi1.shape[:-1]))
         if diag:
             return (phi1 * phi2).sum(-1) * (z1 * z2).sum(-1)
         return LowRankHadamardLinearOperator(MatmulLinearOperator(phi1, phi2.mT), z1, z2)

@@ -25,6 +25,7 @@ from ..errors import ModelStateError
 from ..explanation import GPXExplanation
 from ..kernels import GPXKernel
 from ..kernels.gpx_kernel import inducing_features
+from ..kernels.ski_features import fit_grid, grid_features, supports_grid_features
 from ..operators import GPXInducingLinearOperator, InducingWeightPosteriorLinearOperator, WeightPosteriorLinearOperator
 from ..utils import (
     check_feature_names,
@@ -200,9 +201,16 @@ class GPXModel(gpytorch.models.ExactGP):
         self.covar_module = GPXKernel(base_kernel, x_dims=x_dims, z_dims=z_dims)
         self.covar_module.weight_noise = 0.01
         self.to(dtype=train_x.dtype, device=train_x.device)
+        fit_grid(base_kernel, train_x)  # a dynamic KISS-GP grid covers the training inputs from the start
 
         num_features = x_dims if z_dims is None else z_dims
         self.feature_names = check_feature_names(feature_names, num_features)
+
+    def set_train_data(self, inputs=None, targets=None, strict: bool = True) -> None:
+        """``ExactGP.set_train_data``; a dynamic KISS-GP grid is refitted to the new training inputs."""
+        super().set_train_data(inputs, targets, strict)
+        if inputs is not None and supports_grid_features(self.covar_module.base_kernel):
+            fit_grid(self.covar_module.base_kernel, self._train_xz()[0])
 
     # ----------------------------------------------------------------- properties
     @property
@@ -333,12 +341,12 @@ class GPXModel(gpytorch.models.ExactGP):
         if detach:
             train_x, train_z = train_x.detach(), train_z.detach()
 
-        base = self.covar_module.base_kernel
         if strategy.uses_inducing and not strategy.uses_cholesky:
             return self._predict_weights_inducing(x, strategy, alpha, detach)
-        cross = base(x, train_x).to_dense()  # (m, n)
+        # (KISS-GP bases through the kernel's exact grid features, so that the grid never moves in eval mode)
+        cross = self.covar_module.base_covariance(x, train_x).to_dense()  # (m, n)
         mean = cross @ (train_z * alpha.unsqueeze(-1))  # (m, d)
-        prior = base(x).add_diagonal(self.weight_noise.expand(x.size(0)))
+        prior = self.covar_module.base_covariance(x).add_diagonal(self.weight_noise.expand(x.size(0)))
 
         if strategy.uses_cholesky:
             # exact, through the one Cholesky factor of C (also under fast_pred_var: at this size it
@@ -363,16 +371,25 @@ class GPXModel(gpytorch.models.ExactGP):
         :class:`~gpytorch_explain.operators.InducingWeightPosteriorLinearOperator`."""
         if x.dim() != 2 or alpha.dim() != 1:
             raise NotImplementedError("Batched GPX models with an inducing-point base kernel are not supported.")
-        ipk = self.covar_module.base_kernel
+        base = self.covar_module.base_kernel
         train_covar = strategy.lik_train_train_covar
         phi, train_z = train_covar.phi, train_covar.z
         chol = train_covar.capacitance_cholesky
         if detach:
             phi, train_z, chol = phi.detach(), train_z.detach(), chol.detach()
-        phi_test = inducing_features(ipk, x)  # (m, M)
+        if isinstance(base, InducingPointKernel):
+            phi_test = inducing_features(base, x)  # (m, M)
+        else:  # KISS-GP through exact grid features: the same grid and root as the training features
+            phi_test = grid_features(base, x)[0]
+            if phi_test.size(-1) != phi.size(-1):
+                raise ModelStateError(
+                    "The KISS-GP grid root changed since the training covariance was cached (the "
+                    "hyperparameters or the grid changed in eval mode); call model.train() and model.eval() again."
+                )
         mean = phi_test @ (phi.mT @ (train_z * alpha.unsqueeze(-1)))  # (m, d)
         prior_diag = self.weight_noise.expand(x.size(0))
-        if gsettings.sgpr_diagonal_correction.on():
+        if isinstance(base, InducingPointKernel) and gsettings.sgpr_diagonal_correction.on():
+            ipk = base
             exact = to_dense(ipk.base_kernel(x, diag=True))
             prior_diag = prior_diag + (exact - phi_test.pow(2).sum(-1)).clamp_min(0)
         covar = InducingWeightPosteriorLinearOperator(DiagLinearOperator(prior_diag), phi_test, chol, self.num_features)

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+r"""Exact low-rank features of KISS-GP kernels: :math:`\mathbf K_{\mathrm{SKI}} = \boldsymbol\Phi\boldsymbol\Phi^\top`.
+
+GPyTorch's KISS-GP (``GridInterpolationKernel``) is the structured kernel interpolation
+
+.. math::
+
+    \mathbf K_{\mathrm{SKI}}(\mathbf X_1, \mathbf X_2) = \mathbf W_1 \mathbf K_{UU} \mathbf W_2^\top,
+    \qquad \mathbf K_{UU} = \mathbf K^{(1)} \otimes \cdots \otimes \mathbf K^{(D)},
+
+with sparse cubic interpolation weights :math:`\mathbf W` (:math:`4^D` per row) and a Kronecker
+product of one-dimensional grid Grams. With the eigendecompositions
+:math:`\mathbf K^{(j)} = \mathbf Q^{(j)}\boldsymbol\Lambda^{(j)}\mathbf Q^{(j)\top}`, the eigenpairs of
+:math:`\mathbf K_{UU}` are the Kronecker products of the factors' eigenpairs; keeping those whose
+eigenvalue exceeds :class:`gpytorch_explain.settings.grid_root_tolerance` times the largest gives a
+root :math:`\mathbf K_{UU} \approx \mathbf S\mathbf S^\top` (``G x r``, usually :math:`r \ll G`: the
+eigenvalues of a smooth kernel on a grid decay fast), and
+
+.. math::
+
+    \boldsymbol\Phi = \mathbf W \mathbf S \quad (n \times r), \qquad
+    \mathbf K_{\mathrm{SKI}} = \boldsymbol\Phi_1 \boldsymbol\Phi_2^\top
+
+up to the dropped eigenvalues (each entry changes by at most the tolerance times
+:math:`\lambda_{\max}`). ``ScaleKernel`` multiplies :math:`\boldsymbol\Phi` by the square root of
+its output scale, and ``AdditiveStructureKernel`` over a one-dimensional grid concatenates the
+features of its dimensions. GPX then solves :math:`\mathbf C` exactly by Woodbury, as with an
+inducing-point base (:class:`~gpytorch_explain.operators.GPXInducingLinearOperator`), instead of
+running CG through the interpolated operator.
+
+The root is differentiable in the kernel hyperparameters (through ``torch.linalg.eigh`` of the
+small factors); the interpolation is GPyTorch's own, so the features reproduce exactly the matrix
+GPyTorch's KISS-GP multiplies with.
+"""
+
+from __future__ import annotations
+
+import torch
+from gpytorch.kernels import AdditiveStructureKernel, GridInterpolationKernel, Kernel, ScaleKernel
+from linear_operator.operators import KroneckerProductLinearOperator, to_linear_operator
+from torch import Tensor
+
+from .. import settings as explain_settings
+
+__all__ = ["fit_grid", "grid_features", "supports_grid_features"]
+
+#: Entries of the feature matrix computed at once (rows go in blocks of this many entries).
+FEATURE_BLOCK_ELEMENTS = 2**24
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _plain(kernel: Kernel) -> bool:
+    return kernel.active_dims is None and len(kernel.batch_shape) == 0
+
+
+def _grid_kernel(kernel: Kernel) -> GridInterpolationKernel | None:
+    """The ``GridInterpolationKernel`` in a supported structure, or ``None``."""
+    while type(kernel) is ScaleKernel and _plain(kernel):
+        kernel = kernel.base_kernel
+    if type(kernel) is AdditiveStructureKernel and _plain(kernel):
+        inner = kernel.base_kernel
+        if type(inner) is GridInterpolationKernel and _plain(inner) and inner.num_dims == 1:
+            return inner
+        return None
+    if type(kernel) is GridInterpolationKernel and _plain(kernel):
+        return kernel
+    return None
+
+
+def supports_grid_features(kernel: Kernel) -> bool:
+    """Whether :func:`grid_features` handles ``kernel``: a non-batched ``GridInterpolationKernel``, or an
+    ``AdditiveStructureKernel`` over a one-dimensional one, each optionally inside ``ScaleKernel``\\ s
+    (no ``active_dims``)."""
+    return _grid_kernel(kernel) is not None
+
+
+def _interpolated(gik: GridInterpolationKernel, x1: Tensor, x2: Tensor, last_dim_is_batch: bool):
+    """The grid Gram operator and the interpolation ``(indices, values)`` of ``x1`` and ``x2``.
+
+    In training mode this is GPyTorch's own ``forward`` (a dynamic grid is refitted to the inputs). In eval
+    mode the grid is kept: the cached training solves and the test features must share one grid and one
+    root. (GPyTorch would refit a dynamic grid to every call's inputs.)
+    """
+    if gik.training or not gik.grid_is_dynamic:
+        op = gik.forward(x1, x2, last_dim_is_batch=last_dim_is_batch)
+        return (
+            op.base_linear_op,
+            op.left_interp_indices,
+            op.left_interp_values,
+            op.right_interp_indices,
+            (op.right_interp_values),
+        )
+    x = torch.cat([x1.reshape(-1, gik.num_dims), x2.reshape(-1, gik.num_dims)])
+    lows, highs = x.min(0).values.tolist(), x.max(0).values.tolist()
+    for j, (low, high, bound) in enumerate(zip(lows, highs, gik._tight_grid_bounds, strict=True)):
+        slack = 1e-9 * (bound[1] - bound[0])  # the training extremes sit on the tight bounds
+        if low < bound[0] - slack or high > bound[1] + slack:
+            raise ValueError(
+                f"Inputs in dimension {j} span [{low:.4g}, {high:.4g}], outside the KISS-GP grid's range "
+                f"[{bound[0]:.4g}, {bound[1]:.4g}] (fitted to the training inputs). In eval mode GPX keeps the grid "
+                "fixed, since its cached solves belong to it; give GridInterpolationKernel grid_bounds that cover "
+                "the test inputs."
+            )
+    base = to_linear_operator(gik._inducing_forward(last_dim_is_batch=last_dim_is_batch))
+    idx1, val1 = gik._compute_grid(x1, last_dim_is_batch)
+    idx2, val2 = (idx1, val1) if x2 is x1 else gik._compute_grid(x2, last_dim_is_batch)
+    return base, idx1, val1, idx2, val2
+
+
+def fit_grid(kernel: Kernel, x: Tensor) -> None:
+    """Fit a dynamic KISS-GP grid in ``kernel`` to the inputs ``x`` (``(n, D)``) as GPyTorch's training call would."""
+    gik = _grid_kernel(kernel)
+    if gik is None or not gik.grid_is_dynamic or x.dim() != 2:
+        return
+    k = kernel
+    while type(k) is ScaleKernel:
+        k = k.base_kernel
+    with torch.no_grad():
+        gik.forward(x, x, last_dim_is_batch=type(k) is AdditiveStructureKernel)
+
+
+def _root(factors: list[Tensor], threshold: float) -> Tensor:
+    r"""Columns :math:`\sqrt{\lambda}\,\mathbf q` of the Kronecker product's eigenpairs above the threshold."""
+    vals, vecs = [], []
+    for f in factors:
+        lam, q = torch.linalg.eigh(f)
+        vals.append(lam.clamp_min(0))
+        vecs.append(q)
+    prod = vals[0]
+    for lam in vals[1:]:
+        prod = (prod.unsqueeze(-1) * lam.unsqueeze(-2)).reshape(-1)
+    keep = torch.nonzero(prod > threshold * prod.max()).squeeze(-1)
+    # the multi-index (a_1, ..., a_D) of each kept eigenpair, in Kronecker (row-major) order
+    sizes = [lam.numel() for lam in vals]
+    idx, rem = [], keep
+    for size in reversed(sizes):
+        idx.append(rem % size)
+        rem = torch.div(rem, size, rounding_mode="floor")
+    idx.reverse()
+    root = vecs[0][:, idx[0]] * vals[0][idx[0]].sqrt()
+    for q, lam, ix in zip(vecs[1:], vals[1:], idx[1:], strict=True):
+        col = q[:, ix] * lam[ix].sqrt()
+        root = (root.unsqueeze(1) * col.unsqueeze(0)).reshape(-1, keep.numel())
+    return root
+
+
+def _interp_times(indices: Tensor, values: Tensor, root: Tensor) -> Tensor:
+    r""":math:`\mathbf W\mathbf S` from the interpolation indices/values (``n x k``) and the root (``G x r``)."""
+    rows, width = indices.size(0), root.size(-1)
+    block = max(1, FEATURE_BLOCK_ELEMENTS // max(width, 1))
+
+    def part(sl: slice) -> Tensor:
+        ind, val = indices[sl], values[sl]
+        out = val[:, 0:1] * root[ind[:, 0]]
+        for k in range(1, ind.size(-1)):
+            out = out + val[:, k : k + 1] * root[ind[:, k]]
+        return out
+
+    if rows <= block:
+        return part(slice(None))
+    slices = [slice(i, i + block) for i in range(0, rows, block)]
+    if torch.is_grad_enabled():
+        return torch.cat([part(sl) for sl in slices], dim=0)
+    out = root.new_empty(rows, width)
+    for sl in slices:
+        out[sl] = part(sl)
+    return out
+
+
+def grid_features(
+    kernel: Kernel, x1: Tensor, x2: Tensor | None = None, max_width: int | None = None
+) -> tuple[Tensor, Tensor | None] | None:
+    r"""KISS-GP features with :math:`\boldsymbol\Phi_1\boldsymbol\Phi_2^\top = \mathbf K_{\mathrm{SKI}}`.
+
+    Both use one grid and one root, so they are consistent with each other (call once for a train/test
+    pair). In eval mode the grid is not moved; inputs outside it raise ``ValueError``.
+
+    :param kernel: A kernel for which :func:`supports_grid_features` holds.
+    :param x1: Inputs ``(n1, D)``.
+    :param x2: Optional second inputs ``(n2, D)``.
+    :param max_width: Return ``None`` when the root has more columns than this.
+    :return: ``(phi1, phi2)`` (``phi2`` is ``None`` without ``x2``), or ``None`` when the root is too wide.
+
+    Example:
+        >>> import torch, gpytorch
+        >>> from gpytorch_explain.kernels import grid_features
+        >>> k = gpytorch.kernels.GridInterpolationKernel(gpytorch.kernels.RBFKernel(), grid_size=50, num_dims=1)
+        >>> x = torch.linspace(0, 1, 20, dtype=torch.float64).unsqueeze(-1)
+        >>> k = k.double()
+        >>> phi, _ = grid_features(k, x)
+        >>> torch.allclose(phi @ phi.T, k(x).to_dense(), atol=1e-8)
+        True
+    """
+    gik = _grid_kernel(kernel)
+    if gik is None:
+        raise TypeError(f"grid_features does not support {type(kernel).__name__}; see supports_grid_features.")
+    if x1.dim() != 2 or (x2 is not None and x2.dim() != 2):
+        raise ValueError("grid_features needs 2-D inputs (no batch dimensions).")
+    scale = None
+    k = kernel
+    while type(k) is ScaleKernel:
+        s = k.outputscale.reshape(())
+        scale = s if scale is None else scale * s
+        k = k.base_kernel
+    additive = type(k) is AdditiveStructureKernel
+    base, idx1, val1, idx2, val2 = _interpolated(gik, x1, x1 if x2 is None else x2, last_dim_is_batch=additive)
+    threshold = explain_settings.grid_root_threshold(x1.dtype)
+    if additive:
+        grams = base.to_dense()  # (D or 1, G, G): the same 1-D grid and kernel in every dimension
+        dims = idx1.size(0)
+        if grams.dim() == 2 or grams.size(0) == 1:
+            roots = [_root([grams.reshape(grams.shape[-2:])], threshold)] * dims
+        else:
+            roots = [_root([grams[j]], threshold) for j in range(dims)]
+        terms = [(roots[j], idx1[j], val1[j], idx2[j], val2[j]) for j in range(dims)]
+    else:
+        factors = list(base.linear_ops) if isinstance(base, KroneckerProductLinearOperator) else [base]
+        root = _root([f.to_dense() for f in factors], threshold)
+        terms = [(root, idx1, val1, idx2, val2)]
+    width = sum(t[0].size(-1) for t in terms)
+    if max_width is not None and width > max_width:
+        return None
+    if scale is not None:
+        terms = [(t[0] * scale.sqrt(),) + t[1:] for t in terms]
+    phi1 = torch.cat([_interp_times(t[1], t[2], t[0]) for t in terms], dim=-1)
+    phi2 = None if x2 is None else torch.cat([_interp_times(t[3], t[4], t[0]) for t in terms], dim=-1)
+    return phi1, phi2

@@ -1,0 +1,267 @@
+"""GPX with a KISS-GP base kernel through exact grid features (K_SKI = ΦΦᵀ, Woodbury solves): the features, the
+marginal likelihood and its gradients, the weight posterior and the frozen eval-mode grid, all against a dense
+brute-force SKI built from GPyTorch's interpolation weights and an exactly evaluated grid Gram (float64)."""
+
+import math
+
+import gpytorch
+import pytest
+import torch
+from gpytorch.kernels import (
+    AdditiveStructureKernel,
+    GridInterpolationKernel,
+    ProductStructureKernel,
+    RBFKernel,
+    ScaleKernel,
+)
+from gpytorch.utils.interpolation import Interpolation
+
+from gpytorch_explain import GPXModel
+from gpytorch_explain import settings as explain_settings
+from gpytorch_explain.kernels import grid_features, supports_grid_features
+from gpytorch_explain.operators import GPXInducingLinearOperator
+
+DT = torch.float64
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _interp_matrix(grid, x):
+    """Dense interpolation weights W (n x G) from GPyTorch's cubic interpolation on ``grid``."""
+    idx, val = Interpolation().interpolate(grid, x)
+    size = math.prod(g.numel() for g in grid)
+    w = torch.zeros(x.size(0), size, dtype=x.dtype)
+    w.scatter_add_(1, idx, val)
+    return w
+
+
+def _rbf(a, b, lengthscale):
+    return torch.exp(-0.5 * ((a.unsqueeze(-2) - b.unsqueeze(-3)) / lengthscale).square().sum(-1))
+
+
+def _ski_dense(kernel, x1, x2):
+    """Brute-force SKI covariance W₁ K_UU W₂ᵀ, with K_UU the RBF evaluated on every pair of grid points."""
+    scale = torch.ones((), dtype=DT)
+    while isinstance(kernel, ScaleKernel):
+        scale = scale * kernel.outputscale.reshape(())
+        kernel = kernel.base_kernel
+    if isinstance(kernel, AdditiveStructureKernel):
+        gik = kernel.base_kernel
+        g = gik.grid[0].unsqueeze(-1)
+        kuu = _rbf(g, g, gik.base_kernel.lengthscale.reshape(-1))
+        total = 0
+        for j in range(x1.size(-1)):
+            w1 = _interp_matrix(gik.grid, x1[:, j : j + 1])
+            w2 = _interp_matrix(gik.grid, x2[:, j : j + 1])
+            total = total + w1 @ kuu @ w2.T
+        return scale * total
+    # grid points in GPyTorch's flattening (the first dimension varies fastest)
+    mesh = torch.meshgrid(*kernel.grid[::-1], indexing="ij")
+    full = torch.stack(mesh[::-1], dim=-1).reshape(-1, len(kernel.grid))
+    kuu = _rbf(full, full, kernel.base_kernel.lengthscale.reshape(-1))
+    return scale * _interp_matrix(kernel.grid, x1) @ kuu @ _interp_matrix(kernel.grid, x2).T
+
+
+def _kernel(name):
+    if name == "1d":
+        k = GridInterpolationKernel(RBFKernel(), grid_size=60, num_dims=1)
+        k.base_kernel.lengthscale = 0.5
+        return k.to(DT), 1
+    if name == "2d_ard_scaled":
+        k = ScaleKernel(GridInterpolationKernel(RBFKernel(ard_num_dims=2), grid_size=[30, 25], num_dims=2))
+        k.base_kernel.base_kernel.lengthscale = torch.tensor([[0.7, 1.1]])
+        k.outputscale = 1.7
+        return k.to(DT), 2
+    if name == "3d":
+        k = GridInterpolationKernel(RBFKernel(ard_num_dims=3), grid_size=12, num_dims=3)
+        k.base_kernel.lengthscale = 1.5
+        return k.to(DT), 3
+    if name == "additive":
+        k = ScaleKernel(AdditiveStructureKernel(GridInterpolationKernel(RBFKernel(), grid_size=50, num_dims=1), 3))
+        k.base_kernel.base_kernel.base_kernel.lengthscale = 0.8
+        k.outputscale = 0.6
+        return k.to(DT), 3
+    raise ValueError(name)
+
+
+KERNELS = ["1d", "2d_ard_scaled", "3d", "additive"]
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_features_reproduce_the_ski_covariance(name):
+    kernel, dims = _kernel(name)
+    x = torch.randn(80, dims, dtype=DT, generator=_gen(0))
+    phi, none = grid_features(kernel, x)  # training mode: the grid is fitted to x, as GPyTorch does
+    assert none is None and phi.size(0) == 80
+    gik = [m for m in kernel.modules() if isinstance(m, GridInterpolationKernel)][0]
+    per_term = math.prod(g.numel() for g in gik.grid)
+    assert phi.size(1) <= per_term * (dims if name == "additive" else 1)
+    ref = _ski_dense(kernel, x, x)
+    torch.testing.assert_close(phi @ phi.T, ref, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(phi @ phi.T, kernel(x).to_dense(), rtol=1e-9, atol=1e-9)  # GPyTorch's own SKI
+
+    kernel.eval()  # the grid stays; test points inside it
+    xt = 0.5 * torch.randn(7, dims, dtype=DT, generator=_gen(1))
+    p1, p2 = grid_features(kernel, xt, x)
+    torch.testing.assert_close(p1 @ p2.T, _ski_dense(kernel, xt, x), rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(p2, phi)  # the same grid and root in eval mode
+
+
+def test_root_tolerance_drops_only_negligible_eigenpairs():
+    kernel, dims = _kernel("2d_ard_scaled")
+    x = torch.randn(50, dims, dtype=DT, generator=_gen(2))
+    with explain_settings.grid_root_tolerance(0.0):
+        full, _ = grid_features(kernel, x)
+    with explain_settings.grid_root_tolerance(1e-6):
+        short, _ = grid_features(kernel, x)
+    assert short.size(1) < full.size(1)
+    lam_max = 1.7 * 30 * 25  # trace bound on the largest eigenvalue of the scaled grid Gram
+    assert (short @ short.T - full @ full.T).abs().max() <= 1e-6 * lam_max * 16
+
+
+def _model(name, n=120, seed=0):
+    kernel, dims = _kernel(name)
+    gen = _gen(seed)
+    x = torch.randn(n, dims, dtype=DT, generator=gen)
+    z = torch.randn(n, 2, dtype=DT, generator=gen)
+    y = (torch.sin(x[:, :1]) * z).sum(-1) + 0.1 * torch.randn(n, dtype=DT, generator=gen)
+    lik = gpytorch.likelihoods.GaussianLikelihood().to(DT)
+    lik.noise = 0.03
+    model = GPXModel(x, y, z, likelihood=lik, base_kernel=kernel)
+    model.weight_noise = 0.02
+    return model, x, y, z
+
+
+def _dense_c(model, x, z):
+    k = _ski_dense(model.base_kernel, x, x)
+    n = x.size(0)
+    eye = torch.eye(n, dtype=DT)
+    return model.likelihood.noise * eye + (k + model.weight_noise * eye) * (z @ z.T)
+
+
+@pytest.mark.parametrize("name", ["2d_ard_scaled", "additive"])
+@pytest.mark.parametrize("dense_limit", [0, 10_000])
+def test_marginal_likelihood_and_gradients(name, dense_limit):
+    model, x, y, z = _model(name)
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.train()
+    mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
+    with explain_settings.max_cholesky_size(dense_limit), gpytorch.settings.max_cholesky_size(dense_limit):
+        out = model(x, z)
+        assert isinstance(out.lazy_covariance_matrix, GPXInducingLinearOperator)
+        value = mll(out, y)
+    grads = torch.autograd.grad(value, params)
+
+    c = _dense_c(model, x, z)
+    ref = torch.distributions.MultivariateNormal(torch.zeros_like(y), c).log_prob(y) / y.numel()
+    ref_grads = torch.autograd.grad(ref, params)
+    torch.testing.assert_close(value, ref, rtol=1e-9, atol=1e-10)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["1d", "2d_ard_scaled", "additive"])
+@pytest.mark.parametrize("dense_limit", [0, 10_000])
+def test_weight_posterior_and_latent_predictive(name, dense_limit):
+    model, x, y, z = _model(name)
+    model.eval()
+    m = 6
+    xt = 0.6 * torch.randn(m, x.size(1), dtype=DT, generator=_gen(5))
+    zt = torch.randn(m, 2, dtype=DT, generator=_gen(6))
+    with (
+        torch.no_grad(),
+        explain_settings.max_cholesky_size(dense_limit),
+        gpytorch.settings.max_cholesky_size(dense_limit),
+    ):
+        post = model.predict_weights(xt)
+        mean, cov, var = post.mean, post.covariance_matrix, post.variance
+        latent = model(xt, zt)
+        f_mean, f_var = latent.mean, latent.variance
+
+        c = _dense_c(model, x, z)
+        k_sx = _ski_dense(model.base_kernel, xt, x)
+        k_ss = _ski_dense(model.base_kernel, xt, xt)
+        d = z.size(1)
+        b = (k_sx.T.unsqueeze(-1) * z.unsqueeze(1)).reshape(x.size(0), m * d)  # B[i, p·d + l] = k(x*_p, x_i) z_il
+        ref_mean = (b.T @ torch.linalg.solve(c, y)).reshape(m, d)
+        prior = torch.kron(k_ss + model.weight_noise * torch.eye(m, dtype=DT), torch.eye(d, dtype=DT))
+        ref_cov = prior - b.T @ torch.linalg.solve(c, b)
+    torch.testing.assert_close(mean, ref_mean, rtol=1e-8, atol=1e-9)
+    torch.testing.assert_close(cov, ref_cov, rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(var, ref_cov.diagonal().reshape(m, d), rtol=1e-7, atol=1e-9)
+    # the latent f* = w*ᵀz* from the same posterior
+    torch.testing.assert_close(f_mean, (mean * zt).sum(-1), rtol=1e-8, atol=1e-9)
+    blocks = ref_cov.reshape(m, d, m, d).diagonal(dim1=0, dim2=2).permute(2, 0, 1)
+    ref_f_var = torch.einsum("pi,pij,pj->p", zt, blocks, zt)
+    torch.testing.assert_close(f_var, ref_f_var, rtol=1e-7, atol=1e-9)
+
+
+def test_eval_mode_keeps_the_grid():
+    model, x, y, z = _model("2d_ard_scaled")
+    model.eval()
+    xt = 0.5 * torch.randn(10, 2, dtype=DT, generator=_gen(7))
+    with torch.no_grad():
+        first = model.predict_weights(xt[:4])
+        both = model.predict_weights(xt)  # a wider set of test points must not move the grid
+        torch.testing.assert_close(both.mean[:4], first.mean)
+        torch.testing.assert_close(both.variance[:4], first.variance)
+        far = torch.tensor([[50.0, 0.0]], dtype=DT)
+        with pytest.raises(ValueError, match="outside the KISS-GP grid"):
+            model.predict_weights(far)
+
+
+def test_model_used_in_eval_mode_without_training():
+    """GPXModel fits a dynamic grid to the training inputs when it is built: eval right away works."""
+    model, x, y, z = _model("1d")
+    model.eval()
+    with torch.no_grad():
+        post = model.predict_weights(x[:5])
+    assert torch.isfinite(post.mean).all() and (post.variance > 0).all()
+
+
+def test_wide_roots_and_the_switch_fall_back_to_the_lazy_operator():
+    model, x, y, z = _model("2d_ard_scaled", n=40)
+    model.train()
+    inputs = model.train_inputs[0]
+    with explain_settings.max_grid_feature_width(2):
+        wide = model.covar_module(inputs)
+    with explain_settings.use_grid_features(False):
+        off = model.covar_module(inputs)
+    feat = model.covar_module(inputs)
+    assert isinstance(feat, GPXInducingLinearOperator)
+    for op in (wide, off):
+        assert not isinstance(op, GPXInducingLinearOperator)
+        # GPyTorch's grid Gram is built from a Toeplitz column; it agrees with the exact one to round-off here
+        torch.testing.assert_close(op.to_dense(), feat.to_dense(), rtol=1e-8, atol=1e-9)
+
+
+def test_supported_structures():
+    gik = GridInterpolationKernel(RBFKernel(), grid_size=10, num_dims=1)
+    assert supports_grid_features(gik)
+    assert supports_grid_features(ScaleKernel(ScaleKernel(gik)))
+    assert supports_grid_features(AdditiveStructureKernel(gik, 3))
+    assert not supports_grid_features(ProductStructureKernel(gik, 3))
+    assert not supports_grid_features(RBFKernel())
+    assert not supports_grid_features(GridInterpolationKernel(RBFKernel(), grid_size=10, num_dims=1, active_dims=[0]))
+    batch = GridInterpolationKernel(RBFKernel(batch_shape=torch.Size([2])), grid_size=10, num_dims=1)
+    assert not supports_grid_features(batch)
+    with pytest.raises(TypeError, match="grid_features does not support ProductStructureKernel"):
+        grid_features(ProductStructureKernel(gik, 3), torch.randn(4, 3))
+
+
+def test_float32_matches_float64():
+    model64, x, y, z = _model("1d")
+    kernel, _ = _kernel("1d")
+    lik = gpytorch.likelihoods.GaussianLikelihood()
+    lik.noise = 0.03
+    model32 = GPXModel(x.float(), y.float(), z.float(), likelihood=lik, base_kernel=kernel.float())
+    model32.weight_noise = 0.02
+    xt = 0.5 * torch.randn(5, 1, dtype=DT, generator=_gen(8))
+    with torch.no_grad(), explain_settings.max_cholesky_size(0), gpytorch.settings.max_cholesky_size(0):
+        p64 = model64.eval().predict_weights(xt)
+        p32 = model32.eval().predict_weights(xt.float())
+    assert p32.mean.dtype == torch.float32
+    torch.testing.assert_close(p32.mean.double(), p64.mean, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(p32.variance.double(), p64.variance, rtol=1e-2, atol=1e-3)
