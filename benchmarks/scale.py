@@ -19,7 +19,10 @@ Methods (the same kernel for GPX's :math:`k` and for the GPR):
 * ``sgpr``: ``InducingPointKernel(ScaleKernel(RBFKernel(ard)), k random training inputs)``;
 * ``kissgp``: ``ScaleKernel(GridInterpolationKernel(RBFKernel(ard), grid, num_dims=D))`` for
   ``D <= 3``, else ``ScaleKernel(AdditiveStructureKernel(GridInterpolationKernel(RBFKernel(), grid,
-  num_dims=1), D))`` (an additive model), or ``ProductStructureKernel`` with ``--kiss-structure product``;
+  num_dims=1), D))`` (an additive model), or ``ProductStructureKernel`` with ``--kiss-structure product``.
+  GPX treats grids and additive structures through exact grid features (Woodbury in the grid root's
+  feature space, see ``gpytorch_explain.settings.use_grid_features``) when the root is narrow enough, and
+  the CG/LOVE path otherwise; the GPR uses GPyTorch's KISS-GP (CG, and LOVE for the variances);
 * ``exact``: ``ScaleKernel(gpytorch.kernels.keops.RBFKernel(ard))``. Without pykeops this falls back to
   a dense ``n x n`` kernel (about ``8 n^2`` bytes), so it is refused above ``--max-dense-n``.
 
@@ -80,6 +83,7 @@ from gpytorch.kernels import (
 
 from gpytorch_explain import GPXModel, median_heuristic_lengthscale
 from gpytorch_explain import settings as explain_settings
+from gpytorch_explain.operators import GPXInducingLinearOperator
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO.parent / "shared" / "datasets"
@@ -403,9 +407,18 @@ def run_model(which: str, args) -> dict:
     res["hypers"] += describe(kernel)
 
     inducing = args.method == "sgpr"
-    love = args.weights_path == "love" or (args.weights_path == "auto" and n > DENSE_LIMIT and not inducing)
-    # GPX with inducing points predicts in inducing space (nothing of size m x n): one call
-    chunk = args.n_test if (which == "gpx" and inducing and n > DENSE_LIMIT) else _test_chunk(args, n)
+    # GPX with a KISS-GP base works in the grid root's feature space (exact Woodbury) when the root is narrow enough
+    grid_feats = (
+        which == "gpx"
+        and args.method == "kissgp"
+        and isinstance(model.covar_module(model.train_inputs[0][:2]), GPXInducingLinearOperator)
+    )
+    love = args.weights_path == "love" or (
+        args.weights_path == "auto" and n > DENSE_LIMIT and not inducing and not grid_feats
+    )
+    # GPX with inducing points (or grid features) predicts in feature space (nothing of size m x n): one call
+    feature_space = which == "gpx" and (inducing or grid_feats) and n > DENSE_LIMIT
+    chunk = args.n_test if feature_space else _test_chunk(args, n)
     means, stds, chunk_times = [], [], []
     t0 = time.perf_counter()
     _alarm(60 * args.max_minutes)
@@ -434,6 +447,8 @@ def run_model(which: str, args) -> dict:
     res["pred_points"] = sum(m.size(0) for m in means)
     if n <= DENSE_LIMIT:
         path = "Cholesky"
+    elif grid_feats:
+        path = "grid features (exact)"
     elif inducing:
         path = "inducing space (exact)" if which == "gpx" else "SGPR"
     else:

@@ -198,18 +198,56 @@ def test_weight_posterior_and_latent_predictive(name, dense_limit):
     torch.testing.assert_close(f_var, ref_f_var, rtol=1e-7, atol=1e-9)
 
 
-def test_eval_mode_keeps_the_grid():
+def test_eval_mode_grid_stays_unless_test_points_leave_it():
     model, x, y, z = _model("2d_ard_scaled")
     model.eval()
     xt = 0.5 * torch.randn(10, 2, dtype=DT, generator=_gen(7))
+    gik = model.base_kernel.base_kernel
+    grid_before = [g.clone() for g in gik.grid]
     with torch.no_grad():
         first = model.predict_weights(xt[:4])
-        both = model.predict_weights(xt)  # a wider set of test points must not move the grid
+        both = model.predict_weights(xt)  # other test points inside the grid do not move it
         torch.testing.assert_close(both.mean[:4], first.mean)
         torch.testing.assert_close(both.variance[:4], first.variance)
-        far = torch.tensor([[50.0, 0.0]], dtype=DT)
-        with pytest.raises(ValueError, match="outside the KISS-GP grid"):
-            model.predict_weights(far)
+        assert all(torch.equal(a, b) for a, b in zip(gik.grid, grid_before, strict=True))
+
+        # a test point outside: the grid is refitted to span it, and the caches are rebuilt on the new grid
+        far = torch.tensor([[6.0, -5.0]], dtype=DT)
+        post = model.predict_weights(torch.cat([xt[:3], far]))
+        assert gik.grid[0].max() > 6.0 and gik.grid[1].min() < -5.0
+        latent = model(far, torch.ones(1, 2, dtype=DT))
+        xs = torch.cat([xt[:3], far])
+        c = _dense_c(model, x, z)
+        k_sx = _ski_dense(model.base_kernel, xs, x)
+        b = (k_sx.T.unsqueeze(-1) * z.unsqueeze(1)).reshape(x.size(0), -1)
+        ref_mean = (b.T @ torch.linalg.solve(c, y)).reshape(4, 2)
+        ref_var = (
+            _ski_dense(model.base_kernel, xs, xs).diagonal().repeat_interleave(2)
+            + model.weight_noise
+            - (b * torch.linalg.solve(c, b)).sum(0)
+        ).reshape(4, 2)
+    torch.testing.assert_close(post.mean, ref_mean, rtol=1e-8, atol=1e-9)
+    torch.testing.assert_close(post.variance, ref_var, rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(latent.mean, post.mean[-1:].sum(-1), rtol=1e-8, atol=1e-9)
+    # the kernel alone, in eval mode, refuses inputs outside its grid instead of moving it under cached solves
+    with pytest.raises(ValueError, match="outside the KISS-GP grid"):
+        grid_features(model.base_kernel, torch.tensor([[60.0, 0.0]], dtype=DT))
+
+
+def test_features_in_row_blocks_keep_memory_and_gradients(monkeypatch):
+    from gpytorch_explain.kernels import ski_features
+
+    kernel, dims = _kernel("2d_ard_scaled")
+    x = torch.randn(40, dims, dtype=DT, generator=_gen(9))
+    phi, _ = grid_features(kernel, x)
+    lengthscale = kernel.base_kernel.base_kernel.raw_lengthscale
+    ref_grad = torch.autograd.grad((phi.sin()).sum(), lengthscale)[0]
+    monkeypatch.setattr(ski_features, "FEATURE_BLOCK_ELEMENTS", 7 * phi.size(1))  # blocks of 7 rows
+    blocked, _ = grid_features(kernel, x)
+    torch.testing.assert_close(blocked, phi, rtol=1e-12, atol=1e-13)
+    grad = torch.autograd.grad((blocked.sin()).sum(), lengthscale)[0]
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-8, atol=1e-10)
+    torch.testing.assert_close(phi @ phi.T, _ski_dense(kernel, x, x), rtol=1e-9, atol=1e-10)
 
 
 def test_model_used_in_eval_mode_without_training():

@@ -148,7 +148,10 @@ class GPXKernel(Kernel):
     :math:`O(nd^2M^2)`; in training mode the GPX trace term of Titsias' bound
     (:class:`GPXInducingPointAddedLossTerm`) replaces GPyTorch's SGPR term, and in eval mode the
     sample diagonal carries :math:`\|\mathbf z_i\|^2(k_{ii} - q_{ii})` when
-    ``gpytorch.settings.sgpr_diagonal_correction`` is on (as GPyTorch's SGPR does).
+    ``gpytorch.settings.sgpr_diagonal_correction`` is on (as GPyTorch's SGPR does). With a KISS-GP base
+    (``GridInterpolationKernel``, in ``ScaleKernel`` or ``AdditiveStructureKernel``), the same Woodbury
+    operator is built from exact grid features :math:`\mathbf K_{\mathrm{SKI}} = \boldsymbol\Phi\boldsymbol\Phi^\top`
+    (:func:`~gpytorch_explain.kernels.grid_features`; see :class:`gpytorch_explain.settings.use_grid_features`).
 
     :param base_kernel: The kernel :math:`k` on :math:`\mathbf x`.
     :param x_dims: :math:`D`, the number of input columns of :math:`\mathbf x`.

@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import torch
 from gpytorch.kernels import AdditiveStructureKernel, GridInterpolationKernel, Kernel, ScaleKernel
+from gpytorch.utils.grid import create_grid
 from linear_operator.operators import KroneckerProductLinearOperator, to_linear_operator
 from torch import Tensor
 
 from .. import settings as explain_settings
 
-__all__ = ["fit_grid", "grid_features", "supports_grid_features"]
+__all__ = ["cover_grid", "fit_grid", "grid_features", "supports_grid_features"]
 
 #: Entries of the feature matrix computed at once (rows go in blocks of this many entries).
 FEATURE_BLOCK_ELEMENTS = 2**24
@@ -93,21 +94,50 @@ def _interpolated(gik: GridInterpolationKernel, x1: Tensor, x2: Tensor, last_dim
             op.right_interp_indices,
             (op.right_interp_values),
         )
-    x = torch.cat([x1.reshape(-1, gik.num_dims), x2.reshape(-1, gik.num_dims)])
-    lows, highs = x.min(0).values.tolist(), x.max(0).values.tolist()
-    for j, (low, high, bound) in enumerate(zip(lows, highs, gik._tight_grid_bounds, strict=True)):
-        slack = 1e-9 * (bound[1] - bound[0])  # the training extremes sit on the tight bounds
-        if low < bound[0] - slack or high > bound[1] + slack:
-            raise ValueError(
-                f"Inputs in dimension {j} span [{low:.4g}, {high:.4g}], outside the KISS-GP grid's range "
-                f"[{bound[0]:.4g}, {bound[1]:.4g}] (fitted to the training inputs). In eval mode GPX keeps the grid "
-                "fixed, since its cached solves belong to it; give GridInterpolationKernel grid_bounds that cover "
-                "the test inputs."
-            )
+    if _outside(gik, x1) or (x2 is not x1 and _outside(gik, x2)):
+        bounds = ", ".join(f"[{b[0]:.4g}, {b[1]:.4g}]" for b in gik._tight_grid_bounds)
+        raise ValueError(
+            f"Inputs fall outside the KISS-GP grid (its usable range is {bounds}). In eval mode the grid stays "
+            "fixed, since cached solves belong to it: GPXModel refits it (and its caches) by itself; with the "
+            "kernel alone, call gpytorch_explain.kernels.cover_grid or give GridInterpolationKernel grid_bounds."
+        )
     base = to_linear_operator(gik._inducing_forward(last_dim_is_batch=last_dim_is_batch))
     idx1, val1 = gik._compute_grid(x1, last_dim_is_batch)
     idx2, val2 = (idx1, val1) if x2 is x1 else gik._compute_grid(x2, last_dim_is_batch)
     return base, idx1, val1, idx2, val2
+
+
+def _outside(gik: GridInterpolationKernel, x: Tensor) -> bool:
+    x = x.reshape(-1, gik.num_dims)
+    lows, highs = x.min(0).values.tolist(), x.max(0).values.tolist()
+    for low, high, bound in zip(lows, highs, gik._tight_grid_bounds, strict=True):
+        slack = 1e-9 * (bound[1] - bound[0])
+        if low < bound[0] - slack or high > bound[1] + slack:
+            return True
+    return False
+
+
+def cover_grid(kernel: Kernel, *xs: Tensor) -> bool:
+    """Refit a dynamic KISS-GP grid in ``kernel`` to span all of ``xs`` if one of them falls outside it.
+
+    The new grid spans the inputs the way GPyTorch's own update does (two spacings of margin). Returns whether
+    the grid moved: anything cached on the old grid (a model's prediction caches) is then stale.
+    """
+    gik = _grid_kernel(kernel)
+    if gik is None or not gik.grid_is_dynamic:
+        return False
+    xs = [x.detach().reshape(-1, gik.num_dims) for x in xs if x is not None and x.numel()]
+    if not xs or not any(_outside(gik, x) for x in xs):
+        return False
+    x = torch.cat(xs)
+    lows, highs = x.min(0).values.tolist(), x.max(0).values.tolist()
+    bounds = []
+    for low, high, size in zip(lows, highs, gik.grid_sizes, strict=True):
+        spacing = (high - low) / (size - 4.02)
+        bounds.append((low - 2.01 * spacing, high + 2.01 * spacing))
+    gik.grid_bounds = tuple(bounds)
+    gik.update_grid(create_grid(gik.grid_sizes, gik.grid_bounds, dtype=gik.grid[0].dtype, device=gik.grid[0].device))
+    return True
 
 
 def fit_grid(kernel: Kernel, x: Tensor) -> None:
@@ -147,27 +177,47 @@ def _root(factors: list[Tensor], threshold: float) -> Tensor:
     return root
 
 
-def _interp_times(indices: Tensor, values: Tensor, root: Tensor) -> Tensor:
-    r""":math:`\mathbf W\mathbf S` from the interpolation indices/values (``n x k``) and the root (``G x r``)."""
-    rows, width = indices.size(0), root.size(-1)
-    block = max(1, FEATURE_BLOCK_ELEMENTS // max(width, 1))
+def _blocks(rows: int, width: int):
+    step = max(1, FEATURE_BLOCK_ELEMENTS // max(width, 1))
+    return [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
 
-    def part(sl: slice) -> Tensor:
-        ind, val = indices[sl], values[sl]
-        out = val[:, 0:1] * root[ind[:, 0]]
-        for k in range(1, ind.size(-1)):
-            out = out + val[:, k : k + 1] * root[ind[:, k]]
+
+class _InterpTimes(torch.autograd.Function):
+    r""":math:`\boldsymbol\Phi = \mathbf W\mathbf S` from interpolation indices/values (``n x k``) and a root ``S``
+    (``G x r``), in row blocks. Nothing of size :math:`nkr` is kept for the backward pass (autograd through the
+    gathers would keep :math:`k` copies of :math:`\boldsymbol\Phi`): it recomputes the gathers block by block.
+    """
+
+    @staticmethod
+    def forward(ctx, indices: Tensor, values: Tensor, root: Tensor) -> Tensor:
+        ctx.save_for_backward(indices, values, root)
+        out = root.new_empty(indices.size(0), root.size(-1))
+        for sl in _blocks(indices.size(0), root.size(-1)):
+            ind, val = indices[sl], values[sl]
+            block = val[:, 0:1] * root[ind[:, 0]]
+            for k in range(1, ind.size(-1)):
+                block.add_(val[:, k : k + 1] * root[ind[:, k]])
+            out[sl] = block
         return out
 
-    if rows <= block:
-        return part(slice(None))
-    slices = [slice(i, i + block) for i in range(0, rows, block)]
-    if torch.is_grad_enabled():
-        return torch.cat([part(sl) for sl in slices], dim=0)
-    out = root.new_empty(rows, width)
-    for sl in slices:
-        out[sl] = part(sl)
-    return out
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        indices, values, root = ctx.saved_tensors
+        grad_values = torch.empty_like(values) if ctx.needs_input_grad[1] else None
+        grad_root = torch.zeros_like(root) if ctx.needs_input_grad[2] else None
+        for sl in _blocks(indices.size(0), root.size(-1)):
+            ind, val, g = indices[sl], values[sl], grad[sl]
+            for k in range(ind.size(-1)):
+                if grad_root is not None:
+                    grad_root.index_add_(0, ind[:, k], val[:, k : k + 1] * g)
+                if grad_values is not None:
+                    grad_values[sl, k] = (g * root[ind[:, k]]).sum(-1)
+        return None, grad_values, grad_root
+
+
+def _interp_times(indices: Tensor, values: Tensor, root: Tensor) -> Tensor:
+    r""":math:`\mathbf W\mathbf S` from the interpolation indices/values (``n x k``) and the root (``G x r``)."""
+    return _InterpTimes.apply(indices, values, root)
 
 
 def grid_features(

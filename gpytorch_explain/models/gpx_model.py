@@ -25,7 +25,7 @@ from ..errors import ModelStateError
 from ..explanation import GPXExplanation
 from ..kernels import GPXKernel
 from ..kernels.gpx_kernel import inducing_features
-from ..kernels.ski_features import fit_grid, grid_features, supports_grid_features
+from ..kernels.ski_features import cover_grid, fit_grid, grid_features, supports_grid_features
 from ..operators import GPXInducingLinearOperator, InducingWeightPosteriorLinearOperator, WeightPosteriorLinearOperator
 from ..utils import (
     check_feature_names,
@@ -285,6 +285,8 @@ class GPXModel(gpytorch.models.ExactGP):
 
     def __call__(self, x: Tensor, z: Tensor | None = None, **kwargs) -> MultivariateNormal:
         inputs = self._make_inputs(x, z)
+        if not self.training:
+            self._cover_grid(inputs[..., : self.x_dims])
         if not self.training and self.prediction_strategy is None and self.train_inputs is not None:
             self._build_prediction_strategy()
         return super().__call__(inputs, **kwargs)
@@ -294,6 +296,15 @@ class GPXModel(gpytorch.models.ExactGP):
         # GPyTorch's SGPR diagonal correction belongs to test points only
         with gsettings.sgpr_diagonal_correction(False):
             return super()._get_train_prior_distribution(train_inputs, **kwargs)
+
+    def _cover_grid(self, x: Tensor) -> None:
+        """Eval mode, KISS-GP base through grid features: if ``x`` falls outside the grid, refit the grid to span
+        the training inputs and ``x``, and drop the prediction caches (they belong to the old grid)."""
+        base = self.covar_module.base_kernel
+        if self.train_inputs is None or not explain_settings.use_grid_features.on():
+            return
+        if supports_grid_features(base) and cover_grid(base, self._train_xz()[0], x):
+            self.prediction_strategy = None
 
     def _build_prediction_strategy(self) -> GPXPredictionStrategy:
         return ensure_prediction_strategy(self, GPXPredictionStrategy)
@@ -334,6 +345,7 @@ class GPXModel(gpytorch.models.ExactGP):
         """
         self._check_eval("predict_weights")
         x = self._check_x(x)
+        self._cover_grid(x)
         strategy = self._build_prediction_strategy()
         train_x, train_z = self._train_xz()
         detach = gsettings.detach_test_caches.on()
