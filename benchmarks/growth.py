@@ -17,7 +17,10 @@ the synthetic GPX prior of ``scale.py`` (``x ~ N(0, I_D)``, ``z = x``), and the 
 ``scale.py``'s (``--method sgpr`` with ``--inducing`` points; ``--method kissgp`` with a grid over
 ``--dims`` ≤ 3 dimensions or an additive/product structure of 1-D grids; see ``scale.py``). The
 table ends with the log–log slope of each cost between consecutive sizes and over all of them
-(least squares): time ∝ n^slope.
+(least squares): time ∝ n^slope. For GPX the table gives the width of its feature map: ``M`` with
+inducing points; with KISS-GP, the rank r of the grid root (GPX's exact grid features, see
+``gpytorch_explain.settings.use_grid_features``). A GPX evaluation costs O(n d² r²), and r grows with
+the range the grid must span, which widens as n grows on unbounded data.
 
 Usage (from the repository root, with the package importable)::
 
@@ -163,6 +166,10 @@ def measure(which: str, n: int, args) -> dict:
     finally:
         _cancel()
     res["rss_pred"] = _peak_rss_gib()
+    if which == "gpx":  # width of the feature map (M inducing points, or the rank of the KISS-GP grid root)
+        with torch.no_grad():
+            op = model.covar_module(model.train_inputs[0][:2])
+        res["width"] = op.phi.size(-1) if hasattr(op, "phi") else None
     return res
 
 
@@ -237,15 +244,18 @@ def main() -> None:
         flush=True,
     )
     rows: dict[str, list[dict]] = {m: [] for m in args.models}
-    print("\n| model | n | s per objective evaluation | first evaluation s | prediction s | peak RSS GiB | note |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    print(
+        "\n| model | n | s per objective evaluation | first evaluation s | prediction s | peak RSS GiB | "
+        "feature width | note |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for n in args.sizes:
         for which in args.models:
             r = run(which, n, args)
             rows[which].append(r)
             print(
                 f"| {which} | {n} | {_f(r.get('eval_s'), '.3f')} | {_f(r.get('first_eval_s'))} | "
-                f"{_f(r.get('pred_s'))} | {_f(r.get('rss_pred'))} | {r.get('note', '')} |",
+                f"{_f(r.get('pred_s'))} | {_f(r.get('rss_pred'))} | {r.get('width') or '–'} | {r.get('note', '')} |",
                 flush=True,
             )
             if "trace" in r:

@@ -35,6 +35,8 @@ GPyTorch's KISS-GP multiplies with.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from gpytorch.kernels import AdditiveStructureKernel, GridInterpolationKernel, Kernel, ScaleKernel
 from gpytorch.utils.grid import create_grid
@@ -182,36 +184,53 @@ def _blocks(rows: int, width: int):
     return [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
 
 
+def _interp_matrix(indices: Tensor, values: Tensor, columns: int) -> Tensor:
+    """The sparse interpolation matrix ``W`` (``n x G``, CSR) from indices/values ``(n, k)``."""
+    n, k = indices.shape
+    crow = torch.arange(0, n * k + 1, k, device=indices.device)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(
+            crow, indices.reshape(-1), values.reshape(-1), size=(n, columns), check_invariants=False
+        )
+
+
+def _interp_matrix_t(indices: Tensor, values: Tensor, columns: int) -> Tensor:
+    """``W^T`` (``G x n``, CSR)."""
+    n, k = indices.shape
+    rows = torch.arange(n, device=indices.device).repeat_interleave(k)
+    coo = torch.sparse_coo_tensor(
+        torch.stack([indices.reshape(-1), rows]), values.reshape(-1), (columns, n), check_invariants=False
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return coo.to_sparse_csr()
+
+
 class _InterpTimes(torch.autograd.Function):
     r""":math:`\boldsymbol\Phi = \mathbf W\mathbf S` from interpolation indices/values (``n x k``) and a root ``S``
-    (``G x r``), in row blocks. Nothing of size :math:`nkr` is kept for the backward pass (autograd through the
-    gathers would keep :math:`k` copies of :math:`\boldsymbol\Phi`): it recomputes the gathers block by block.
+    (``G x r``): one sparse (CSR) product each way, :math:`\partial\mathbf S = \mathbf W^\top\partial\boldsymbol\Phi`.
+    Nothing of size :math:`nkr` is formed (autograd through :math:`k` gathers would keep :math:`k` copies of
+    :math:`\boldsymbol\Phi`); the gradient of the interpolation values, when they need one, goes in row blocks.
     """
 
     @staticmethod
     def forward(ctx, indices: Tensor, values: Tensor, root: Tensor) -> Tensor:
         ctx.save_for_backward(indices, values, root)
-        out = root.new_empty(indices.size(0), root.size(-1))
-        for sl in _blocks(indices.size(0), root.size(-1)):
-            ind, val = indices[sl], values[sl]
-            block = val[:, 0:1] * root[ind[:, 0]]
-            for k in range(1, ind.size(-1)):
-                block.add_(val[:, k : k + 1] * root[ind[:, k]])
-            out[sl] = block
-        return out
+        return _interp_matrix(indices, values, root.size(0)) @ root
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         indices, values, root = ctx.saved_tensors
-        grad_values = torch.empty_like(values) if ctx.needs_input_grad[1] else None
-        grad_root = torch.zeros_like(root) if ctx.needs_input_grad[2] else None
-        for sl in _blocks(indices.size(0), root.size(-1)):
-            ind, val, g = indices[sl], values[sl], grad[sl]
-            for k in range(ind.size(-1)):
-                if grad_root is not None:
-                    grad_root.index_add_(0, ind[:, k], val[:, k : k + 1] * g)
-                if grad_values is not None:
-                    grad_values[sl, k] = (g * root[ind[:, k]]).sum(-1)
+        grad_values = grad_root = None
+        if ctx.needs_input_grad[2]:
+            grad_root = _interp_matrix_t(indices, values, root.size(0)) @ grad
+        if ctx.needs_input_grad[1]:
+            grad_values = torch.empty_like(values)
+            for sl in _blocks(indices.size(0), root.size(-1)):
+                ind, g = indices[sl], grad[sl]
+                for j in range(ind.size(-1)):
+                    grad_values[sl, j] = (g * root[ind[:, j]]).sum(-1)
         return None, grad_values, grad_root
 
 
