@@ -3,6 +3,7 @@ marginal likelihood and its gradients, the weight posterior and the frozen eval-
 brute-force SKI built from GPyTorch's interpolation weights and an exactly evaluated grid Gram (float64)."""
 
 import math
+import warnings
 
 import gpytorch
 import pytest
@@ -14,6 +15,7 @@ from gpytorch.kernels import (
     RBFKernel,
     ScaleKernel,
 )
+from gpytorch.utils.grid import create_grid
 from gpytorch.utils.interpolation import Interpolation
 
 from gpytorch_explain import GPXModel
@@ -57,11 +59,15 @@ def _ski_dense(kernel, x1, x2):
             w2 = _interp_matrix(gik.grid, x2[:, j : j + 1])
             total = total + w1 @ kuu @ w2.T
         return scale * total
-    # grid points in GPyTorch's flattening (the first dimension varies fastest)
-    mesh = torch.meshgrid(*kernel.grid[::-1], indexing="ij")
-    full = torch.stack(mesh[::-1], dim=-1).reshape(-1, len(kernel.grid))
-    kuu = _rbf(full, full, kernel.base_kernel.lengthscale.reshape(-1))
-    return scale * _interp_matrix(kernel.grid, x1) @ kuu @ _interp_matrix(kernel.grid, x2).T
+    # K_UU = K⁽¹⁾ ⊗ ... ⊗ K⁽ᴰ⁾ in the order of GPyTorch's interpolation index (the last dimension varies fastest),
+    # applied factor by factor to W₁ reshaped to (n, G₁, ..., G_D)
+    ell = kernel.base_kernel.lengthscale.reshape(-1).expand(len(kernel.grid))
+    factors = [_rbf(g.unsqueeze(-1), g.unsqueeze(-1), ell[j]) for j, g in enumerate(kernel.grid)]
+    w1 = _interp_matrix(kernel.grid, x1)
+    t = w1.reshape(x1.size(0), *(g.numel() for g in kernel.grid))
+    for j, f in enumerate(factors):
+        t = torch.movedim(torch.tensordot(t, f, dims=([j + 1], [0])), -1, j + 1)
+    return scale * t.reshape(x1.size(0), -1) @ _interp_matrix(kernel.grid, x2).T
 
 
 def _kernel(name):
@@ -100,13 +106,38 @@ def test_features_reproduce_the_ski_covariance(name):
     assert phi.size(1) <= per_term * (dims if name == "additive" else 1)
     ref = _ski_dense(kernel, x, x)
     torch.testing.assert_close(phi @ phi.T, ref, rtol=1e-9, atol=1e-10)
-    torch.testing.assert_close(phi @ phi.T, kernel(x).to_dense(), rtol=1e-9, atol=1e-9)  # GPyTorch's own SKI
+    if name in ("1d", "additive"):  # GPyTorch's own KISS-GP (one-dimensional grids: no factor order to get wrong)
+        torch.testing.assert_close(phi @ phi.T, kernel(x).to_dense(), rtol=1e-9, atol=1e-9)
 
     kernel.eval()  # the grid stays; test points inside it
     xt = 0.5 * torch.randn(7, dims, dtype=DT, generator=_gen(1))
     p1, p2 = grid_features(kernel, xt, x)
     torch.testing.assert_close(p1 @ p2.T, _ski_dense(kernel, xt, x), rtol=1e-9, atol=1e-10)
     torch.testing.assert_close(p2, phi)  # the same grid and root in eval mode
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_features_interpolate_the_exact_kernel_with_unequal_grids(dims):
+    """Grids of different sizes and spans per dimension, ARD lengthscales: ΦΦᵀ must approach the exact RBF as the
+    grid is refined (the Kronecker factors follow the interpolation's index order)."""
+    x = torch.randn(200, dims, dtype=DT, generator=_gen(3)).clamp(-3, 3)
+    lengthscale = torch.tensor([0.7, 1.3, 1.0][:dims], dtype=DT)
+    exact = _rbf(x, x, lengthscale)
+    errors = []
+    for sizes in ([14, 12, 13][:dims], [40, 36, 38][:dims] if dims == 2 else [30, 28, 29]):
+        bounds = [(-3.5, 3.5), (-4.5, 4.0), (-3.2, 3.9)][:dims]
+        kernel = GridInterpolationKernel(
+            RBFKernel(ard_num_dims=dims), grid_size=sizes, num_dims=dims, grid_bounds=bounds
+        )
+        kernel = kernel.to(DT)
+        kernel.update_grid(create_grid(kernel.grid_sizes, kernel.grid_bounds, dtype=DT))  # exactly uniform in float64
+        kernel.base_kernel.lengthscale = lengthscale
+        kernel.eval()
+        with explain_settings.grid_root_tolerance(1e-14):
+            phi, _ = grid_features(kernel, x)
+        torch.testing.assert_close(phi @ phi.T, _ski_dense(kernel, x, x), rtol=1e-8, atol=1e-9)
+        errors.append((phi @ phi.T - exact).abs().max().item())
+    assert errors[1] < errors[0] / 8 and errors[1] < 5e-3, errors  # cubic interpolation: refining the grid 2.2x
 
 
 def test_root_tolerance_drops_only_negligible_eigenpairs():
@@ -260,7 +291,7 @@ def test_model_used_in_eval_mode_without_training():
 
 
 def test_wide_roots_and_the_switch_fall_back_to_the_lazy_operator():
-    model, x, y, z = _model("2d_ard_scaled", n=40)
+    model, x, y, z = _model("additive", n=40)
     model.train()
     inputs = model.train_inputs[0]
     with explain_settings.max_grid_feature_width(2):
@@ -303,3 +334,16 @@ def test_float32_matches_float64():
     assert p32.mean.dtype == torch.float32
     torch.testing.assert_close(p32.mean.double(), p64.mean, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(p32.variance.double(), p64.variance, rtol=1e-2, atol=1e-3)
+
+
+def test_falling_back_to_gpytorchs_multidimensional_kissgp_warns():
+    """GPyTorch's own 2-D KISS-GP multiplies the grid Grams in the opposite order to its interpolation index (gpytorch
+    1.15): with ARD lengthscales it evaluates another kernel. GPX says so when it has to use that operator."""
+    model, x, y, z = _model("2d_ard_scaled", n=30)
+    model.train()
+    with explain_settings.use_grid_features(False), pytest.warns(RuntimeWarning, match="opposite order"):
+        model.covar_module(model.train_inputs[0])
+    one_d, *_ = _model("additive", n=30)
+    with explain_settings.use_grid_features(False), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        one_d.covar_module(one_d.train_inputs[0])  # 1-D grids: nothing to warn about

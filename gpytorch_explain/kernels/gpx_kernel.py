@@ -3,6 +3,8 @@ r"""The GPX covariance :math:`(k(\mathbf x, \mathbf x') + \sigma_w^2\delta)\,\ma
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from gpytorch import settings as gsettings
 from gpytorch.constraints import Interval, Positive
@@ -21,7 +23,7 @@ from torch import Tensor
 
 from .. import settings as explain_settings
 from ..operators import GPXInducingLinearOperator, LowRankHadamardLinearOperator
-from .ski_features import grid_features, supports_grid_features
+from .ski_features import gpytorch_grid_order_matters, grid_features, supports_grid_features
 
 __all__ = ["GPXKernel"]
 
@@ -186,6 +188,7 @@ class GPXKernel(Kernel):
             raise ValueError(f"x_dims and z_dims must be positive, got {x_dims} and {z_dims}.")
         super().__init__(batch_shape=base_kernel.batch_shape, **kwargs)
         self.base_kernel = base_kernel
+        self._warned_grid_order = False
         self.x_dims = int(x_dims)
         self.z_dims = None if z_dims is None else int(z_dims)
 
@@ -255,6 +258,17 @@ class GPXKernel(Kernel):
             res = self._grid_call(xx1, z1, xx2, z2, same, diag)
             if res is not None:
                 return res
+        if not getattr(self, "_warned_grid_order", False) and gpytorch_grid_order_matters(self.base_kernel):
+            self._warned_grid_order = True
+            warnings.warn(
+                "GPX is using GPyTorch's own multi-dimensional KISS-GP operator, which (gpytorch 1.15) multiplies the "
+                "per-dimension grid Grams in the opposite order to its interpolation index: with grids or "
+                "lengthscales that differ between dimensions it evaluates a different kernel. GPX's exact grid "
+                "features do not have this problem (gpytorch_explain.settings.use_grid_features, "
+                "max_grid_feature_width).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         if diag:
             base_diag = self.base_kernel(xx1, xx2, diag=True, **params)
             res = base_diag * (z1 * z2).sum(-1)

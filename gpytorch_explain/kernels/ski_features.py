@@ -40,6 +40,8 @@ import warnings
 import torch
 from gpytorch.kernels import AdditiveStructureKernel, GridInterpolationKernel, Kernel, ScaleKernel
 from gpytorch.utils.grid import create_grid
+from gpytorch.utils.interpolation import Interpolation
+from linear_operator import to_dense
 from linear_operator.operators import KroneckerProductLinearOperator, to_linear_operator
 from torch import Tensor
 
@@ -152,6 +154,69 @@ def fit_grid(kernel: Kernel, x: Tensor) -> None:
         k = k.base_kernel
     with torch.no_grad():
         gik.forward(x, x, last_dim_is_batch=type(k) is AdditiveStructureKernel)
+
+
+def _flat_order(gik: GridInterpolationKernel) -> list[int]:
+    """The grid dimensions from the slowest- to the fastest-varying in the interpolation's flat grid index.
+
+    Found by interpolating at grid nodes (cubic interpolation there is the node's indicator): moving one node
+    along dimension ``j`` moves the flat index by that dimension's stride.
+    """
+    grid = gik.grid
+    base_node = [min(2, g.numel() - 1) for g in grid]
+
+    def flat(node):
+        point = torch.stack([g[i] for g, i in zip(grid, node, strict=True)]).unsqueeze(0)
+        idx, val = Interpolation().interpolate(grid, point)
+        return int(idx[0, val[0].abs().argmax()])
+
+    origin = flat(base_node)
+    strides = []
+    for j in range(len(grid)):
+        node = list(base_node)
+        node[j] = node[j] + 1 if node[j] + 1 < grid[j].numel() else node[j] - 1
+        strides.append(abs(flat(node) - origin))
+    order = sorted(range(len(grid)), key=lambda j: -strides[j])
+    expected, stride = {}, 1
+    for j in reversed(order):
+        expected[j] = stride
+        stride *= grid[j].numel()
+    if any(strides[j] != expected[j] for j in order):
+        raise NotImplementedError(f"Unrecognised flat grid index layout (strides {strides}).")
+    return order
+
+
+def gpytorch_grid_order_matters(kernel: Kernel) -> bool:
+    """Whether GPyTorch's own KISS-GP evaluation of ``kernel`` is affected by its Kronecker-order mismatch (see
+    :func:`_grid_factors`): a grid over two or more dimensions whose grids or lengthscales differ."""
+    gik = next((m for m in kernel.modules() if isinstance(m, GridInterpolationKernel)), None)
+    if gik is None or gik.num_dims < 2:
+        return False
+    grids_differ = any(not torch.equal(g, gik.grid[0]) for g in gik.grid[1:])
+    ell = getattr(gik.base_kernel, "lengthscale", None)
+    return grids_differ or (ell is not None and ell.numel() > 1 and not torch.allclose(ell, ell.reshape(-1)[0]))
+
+
+def _grid_factors(gik: GridInterpolationKernel) -> list[Tensor]:
+    r"""The one-dimensional grid Grams :math:`\mathbf K^{(j)}` of a multi-dimensional KISS-GP kernel, ordered like
+    the interpolation's flat grid index.
+
+    GPyTorch's ``GridKernel`` evaluates the same per-dimension Grams but multiplies them as
+    ``KroneckerProductLinearOperator(*covars[::-1])``, i.e. :math:`\mathbf K^{(D)}\otimes\cdots\otimes\mathbf K^{(1)}`,
+    while its interpolation indexes the grid with the last dimension varying fastest
+    (:math:`\mathbf K^{(1)}\otimes\cdots\otimes\mathbf K^{(D)}`). With gpytorch 1.15.2 / linear_operator 0.6.1
+    the two disagree whenever the dimensions' grids or lengthscales differ, and GPyTorch's own KISS-GP then
+    pairs each dimension with another one's Gram. Here the factors follow the interpolation, so
+    :math:`\boldsymbol\Phi\boldsymbol\Phi^\top` is the structured interpolation of the base kernel itself.
+    """
+    grid = gik.grid
+    size = max(g.numel() for g in grid)
+    padded = [torch.cat([g, g.new_zeros(size - g.numel())]) if g.numel() < size else g for g in grid]
+    full = torch.stack(padded, dim=-1)  # (G_max, D): the points at which each dimension's Gram is evaluated
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        covars = to_dense(gik.base_kernel(full, full, last_dim_is_batch=True))  # (D, G_max, G_max)
+    return [covars[j, : grid[j].numel(), : grid[j].numel()] for j in _flat_order(gik)]
 
 
 def _root(factors: list[Tensor], threshold: float) -> Tensor:
@@ -285,9 +350,13 @@ def grid_features(
         else:
             roots = [_root([grams[j]], threshold) for j in range(dims)]
         terms = [(roots[j], idx1[j], val1[j], idx2[j], val2[j]) for j in range(dims)]
-    else:
+    elif gik.num_dims == 1:
         factors = list(base.linear_ops) if isinstance(base, KroneckerProductLinearOperator) else [base]
         root = _root([f.to_dense() for f in factors], threshold)
+        terms = [(root, idx1, val1, idx2, val2)]
+    else:
+        # the Kronecker factors in the order of the interpolation's flat grid index (see _grid_factors)
+        root = _root(_grid_factors(gik), threshold)
         terms = [(root, idx1, val1, idx2, val2)]
     width = sum(t[0].size(-1) for t in terms)
     if max_width is not None and width > max_width:
