@@ -35,6 +35,7 @@ import warnings
 
 import gpytorch
 import torch
+from gpytorch.kernels import RBFKernel, ScaleKernel
 
 from gpytorch_explain import GPXModel
 
@@ -64,7 +65,7 @@ def _coverage(model: GPXModel, x_test: torch.Tensor, w_true: torch.Tensor) -> tu
 def one_draw(n: int, seed: int, args) -> dict:
     sargs = scale_parser().parse_args(
         ["--dataset", "synthetic", "--n", str(n), "--n-test", str(args.n_test), "--seed", str(seed)]
-        + ["--dims", str(args.dims), "--inducing", str(args.inducing)]
+        + ["--dims", str(args.dims), "--inducing", str(args.inducing), "--method", args.method]
     )
     data = load_data(sargs)
     x, y, x_test, w_true = data["x"], data["y"], data["x_test"], data["w_test"]
@@ -75,9 +76,11 @@ def one_draw(n: int, seed: int, args) -> dict:
 
     t0 = time.perf_counter()
     sub_model = GPXModel(x[sub], y[sub], likelihood=likelihood, base_kernel=kernel)
+    scale = next(m for m in kernel.modules() if isinstance(m, ScaleKernel))
+    rbf = next(m for m in kernel.modules() if isinstance(m, RBFKernel))
     if args.true_hypers:  # the generating values: checks the inference, not the hyperparameter fit
-        kernel.base_kernel.outputscale = sargs.true_outputscale
-        kernel.base_kernel.base_kernel.lengthscale = sargs.true_lengthscale
+        scale.outputscale = sargs.true_outputscale
+        rbf.lengthscale = sargs.true_lengthscale
         likelihood.noise = sargs.true_noise
         sub_model.weight_noise = sargs.true_weight_noise
     else:
@@ -92,8 +95,8 @@ def one_draw(n: int, seed: int, args) -> dict:
     model.eval()
     full_cov = _coverage(model, x_test, w_true)
     t_cond = time.perf_counter() - t0
-    outputscale = kernel.base_kernel.outputscale.item()
-    lengthscale = kernel.base_kernel.base_kernel.lengthscale.detach().reshape(-1).tolist()
+    outputscale = scale.outputscale.item()
+    lengthscale = rbf.lengthscale.detach().reshape(-1).tolist()
     return {
         "seed": seed,
         "fit_s": t_fit,
@@ -114,6 +117,12 @@ def main():
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--n-test", type=int, default=5000)
     parser.add_argument("--subset", type=int, default=10_000, help="rows for the hyperparameter fit")
+    parser.add_argument(
+        "--method",
+        choices=["sgpr", "kissgp"],
+        default="sgpr",
+        help="base kernel as in scale.py: inducing points, or a KISS-GP grid (GPX's exact grid features)",
+    )
     parser.add_argument("--inducing", type=int, default=512)
     parser.add_argument("--max-iter", type=int, default=40)
     parser.add_argument("--dims", type=int, default=3)
@@ -128,7 +137,8 @@ def main():
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", category=gpytorch.utils.warnings.NumericalWarning)
     print(
-        f"GPX weight calibration: synthetic GPX prior, D = d = {args.dims}, M = {args.inducing} inducing points, "
+        f"GPX weight calibration: synthetic GPX prior, D = d = {args.dims}, "
+        + (f"M = {args.inducing} inducing points, " if args.method == "sgpr" else "KISS-GP grid (scale.py's), ")
         + ("the generating hyperparameters" if args.true_hypers else f"hyperparameters from {args.subset} rows")
         + f", {args.n_test} test points per draw, {args.draws} draws; "
         f"torch {torch.__version__}, gpytorch {gpytorch.__version__}, {torch.get_num_threads()} threads\n"

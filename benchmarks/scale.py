@@ -277,8 +277,10 @@ class GPR(gpytorch.models.ExactGP):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
 
-def fit_gpr(model: GPR, max_iter: int, tolerance: float = 1e-5) -> list[float]:
+def fit_gpr(model: GPR, max_iter: int, tolerance: float | None = None) -> list[float]:
     """``GPXModel.fit``'s L-BFGS settings on ``ExactMarginalLogLikelihood`` (the loss per sample)."""
+    if tolerance is None:  # GPXModel.fit's default
+        tolerance = min(1e-5, 1e-2 / model.train_targets.size(-1))
     model.train()
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
     params = [p for p in model.parameters() if p.requires_grad]

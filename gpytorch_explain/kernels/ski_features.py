@@ -28,9 +28,13 @@ features of its dimensions. GPX then solves :math:`\mathbf C` exactly by Woodbur
 inducing-point base (:class:`~gpytorch_explain.operators.GPXInducingLinearOperator`), instead of
 running CG through the interpolated operator.
 
+The Kronecker factors are ordered like the interpolation's flat grid index (the last dimension varies
+fastest). GPyTorch's own ``GridKernel`` (gpytorch 1.15.2) multiplies them the other way round, so for two or
+more dimensions whose grids or lengthscales differ its KISS-GP is not the interpolation of its base kernel;
+these features are.
+
 The root is differentiable in the kernel hyperparameters (through ``torch.linalg.eigh`` of the
-small factors); the interpolation is GPyTorch's own, so the features reproduce exactly the matrix
-GPyTorch's KISS-GP multiplies with.
+small factors); the interpolation weights are GPyTorch's own.
 """
 
 from __future__ import annotations
