@@ -645,3 +645,30 @@ def test_fit_objective_equals_exact_mll():
     assert_close(captured["loss"], ref, what="fit objective")
     for g, gr in zip(captured["grads"], g_ref, strict=True):
         assert_close(g, gr, what="fit gradient")
+
+
+@pytest.mark.parametrize("n", [50, 4000])
+def test_fit_default_tolerance_scales_with_n(monkeypatch, n):
+    """The loss is per sample: the default L-BFGS tolerance is min(1e-5, 1e-2 / n), so that a large fit does not stop
+    while the total log likelihood still gains ~0.1 nats or more; an explicit tolerance is passed through."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 2, dtype=DTYPE, generator=gen)
+    model = GPXModel(x, x.sum(-1), likelihood=None)
+    seen = []
+
+    class Recorder(torch.optim.LBFGS):
+        def __init__(self, params, **kwargs):
+            seen.append(kwargs)
+            super().__init__(params, **kwargs)
+
+        def step(self, closure):  # no optimisation: only the settings are checked
+            return None
+
+    monkeypatch.setattr(torch.optim, "LBFGS", Recorder)
+    model.fit()
+    model.fit(tolerance=1e-3)
+    expected = min(1e-5, 1e-2 / n)
+    assert seen[0]["tolerance_change"] == pytest.approx(expected) and seen[0]["tolerance_grad"] == pytest.approx(
+        expected
+    )
+    assert seen[1]["tolerance_change"] == 1e-3
