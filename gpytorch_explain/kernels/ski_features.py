@@ -57,10 +57,6 @@ __all__ = ["cover_grid", "fit_grid", "grid_features", "supports_grid_features"]
 FEATURE_BLOCK_ELEMENTS = 2**24
 
 
-class _Unsupported(Exception):
-    pass
-
-
 def _plain(kernel: Kernel) -> bool:
     return kernel.active_dims is None and len(kernel.batch_shape) == 0
 
@@ -95,13 +91,8 @@ def _interpolated(gik: GridInterpolationKernel, x1: Tensor, x2: Tensor, last_dim
     """
     if gik.training or not gik.grid_is_dynamic:
         op = gik.forward(x1, x2, last_dim_is_batch=last_dim_is_batch)
-        return (
-            op.base_linear_op,
-            op.left_interp_indices,
-            op.left_interp_values,
-            op.right_interp_indices,
-            (op.right_interp_values),
-        )
+        left, right = (op.left_interp_indices, op.left_interp_values), (op.right_interp_indices, op.right_interp_values)
+        return op.base_linear_op, *left, *right
     if _outside(gik, x1) or (x2 is not x1 and _outside(gik, x2)):
         bounds = ", ".join(f"[{b[0]:.4g}, {b[1]:.4g}]" for b in gik._tight_grid_bounds)
         raise ValueError(
