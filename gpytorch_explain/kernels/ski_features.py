@@ -94,7 +94,7 @@ def _interpolated(gik: GridInterpolationKernel, x1: Tensor, x2: Tensor, last_dim
         left, right = (op.left_interp_indices, op.left_interp_values), (op.right_interp_indices, op.right_interp_values)
         return op.base_linear_op, *left, *right
     if _outside(gik, x1) or (x2 is not x1 and _outside(gik, x2)):
-        bounds = ", ".join(f"[{b[0]:.4g}, {b[1]:.4g}]" for b in gik._tight_grid_bounds)
+        bounds = ", ".join(f"[{b[0]:.4g}, {b[1]:.4g}]" for b in _usable_range(gik))
         raise ValueError(
             f"Inputs fall outside the KISS-GP grid (its usable range is {bounds}). In eval mode the grid stays "
             "fixed, since cached solves belong to it: GPXModel refits it (and its caches) by itself; with the "
@@ -106,10 +106,24 @@ def _interpolated(gik: GridInterpolationKernel, x1: Tensor, x2: Tensor, last_dim
     return base, idx1, val1, idx2, val2
 
 
+def _usable_range(gik: GridInterpolationKernel) -> list[tuple[float, float]]:
+    """GPyTorch's tight grid bounds, from the grid itself (``grid_bounds`` is a plain attribute that a loaded
+    state dict does not restore): ``create_grid`` puts ``G`` points from ``b0 - h`` to ``b1 + h``,
+    ``h = (b1 - b0) / (G - 2)``."""
+    out = []
+    for g in gik.grid:
+        first, last, size = g[0].item(), g[-1].item(), g.numel()
+        h = (last - first) / size
+        b0, b1 = first + h, last - h
+        spacing = (b1 - b0) / size
+        out.append((b0 + 2.01 * spacing, b1 - 2.01 * spacing))
+    return out
+
+
 def _outside(gik: GridInterpolationKernel, x: Tensor) -> bool:
     x = x.reshape(-1, gik.num_dims)
     lows, highs = x.min(0).values.tolist(), x.max(0).values.tolist()
-    for low, high, bound in zip(lows, highs, gik._tight_grid_bounds, strict=True):
+    for low, high, bound in zip(lows, highs, _usable_range(gik), strict=True):
         slack = 1e-9 * (bound[1] - bound[0])
         if low < bound[0] - slack or high > bound[1] + slack:
             return True
