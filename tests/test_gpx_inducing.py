@@ -7,7 +7,7 @@ import gpytorch
 import pytest
 import torch
 from gpytorch.kernels import InducingPointKernel, RBFKernel, ScaleKernel
-from linear_operator.operators import DiagLinearOperator
+from linear_operator.operators import DiagLinearOperator, LowRankRootAddedDiagLinearOperator
 from linear_operator.test.linear_operator_test_case import LinearOperatorTestCase
 
 import gpytorch_explain.operators.gpx_inducing_linear_operator as inducing_module
@@ -314,3 +314,34 @@ def test_inducing_features_in_row_blocks(monkeypatch, grad):
     assert torch.allclose(phi, ref, rtol=1e-12, atol=1e-14)
     if grad:
         assert torch.allclose(torch.autograd.grad(phi.sum(), ipk.inducing_points)[0], ref_grad, rtol=1e-10)
+
+
+@pytest.mark.parametrize("separate_z", [False, True])
+@pytest.mark.parametrize("correction", [True, False])
+def test_latent_predictive_in_feature_space_matches_the_joint_evaluation(separate_z, correction):
+    """model(x, z) above the dense limit is computed from the weight posterior in inducing space (nothing m x n); it
+    must equal GPyTorch's joint train/test evaluation: the full covariance, the mean and the predictive of y."""
+    model, x, z, y = _model(separate_z=separate_z)
+    gen = torch.Generator().manual_seed(6)
+    xt = torch.randn(5, x.size(-1), generator=gen, dtype=DT)
+    zt = xt if not separate_z else torch.randn(5, z.size(-1), generator=gen, dtype=DT)
+    model.eval()
+    with (
+        explain_settings.max_cholesky_size(0),
+        gpytorch.settings.max_cholesky_size(0),
+        gpytorch.settings.sgpr_diagonal_correction(correction),
+        torch.no_grad(),
+    ):
+        fast = model(xt) if not separate_z else model(xt, zt)
+        assert isinstance(fast.lazy_covariance_matrix, LowRankRootAddedDiagLinearOperator)
+        inputs = xt if not separate_z else torch.cat([xt, zt], -1)
+        joint = gpytorch.models.ExactGP.__call__(model, inputs)
+        torch.testing.assert_close(fast.mean, joint.mean, rtol=1e-9, atol=1e-11)
+        torch.testing.assert_close(fast.covariance_matrix, joint.covariance_matrix, rtol=1e-8, atol=1e-10)
+        torch.testing.assert_close(fast.variance, joint.variance, rtol=1e-8, atol=1e-10)
+        pred = model.likelihood(fast)
+        torch.testing.assert_close(pred.variance, joint.variance + model.likelihood.noise, rtol=1e-8, atol=1e-10)
+        with gpytorch.settings.skip_posterior_variances():
+            mean_only = model(xt) if not separate_z else model(xt, zt)
+        torch.testing.assert_close(mean_only.mean, joint.mean, rtol=1e-9, atol=1e-11)
+        assert (mean_only.variance <= 1e-9).all()  # zero, up to MultivariateNormal's variance floor

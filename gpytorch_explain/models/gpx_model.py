@@ -17,7 +17,14 @@ from gpytorch.means import ZeroMean
 from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
 from gpytorch.utils.memoize import cached
 from linear_operator import to_dense
-from linear_operator.operators import DiagLinearOperator, MatmulLinearOperator, to_linear_operator
+from linear_operator.operators import (
+    DiagLinearOperator,
+    LowRankRootAddedDiagLinearOperator,
+    LowRankRootLinearOperator,
+    MatmulLinearOperator,
+    ZeroLinearOperator,
+    to_linear_operator,
+)
 from torch import Tensor
 
 from .. import settings as explain_settings
@@ -289,7 +296,41 @@ class GPXModel(gpytorch.models.ExactGP):
             self._cover_grid(inputs[..., : self.x_dims])
         if not self.training and self.prediction_strategy is None and self.train_inputs is not None:
             self._build_prediction_strategy()
+        if (
+            not self.training
+            and not kwargs
+            and inputs.dim() == 2
+            and self.prediction_strategy is not None
+            and not gsettings.prior_mode.on()
+            and self.prediction_strategy.uses_inducing
+            and not self.prediction_strategy.uses_cholesky
+        ):
+            return self._latent_in_feature_space(inputs)
         return super().__call__(inputs, **kwargs)
+
+    def _latent_in_feature_space(self, inputs: Tensor) -> MultivariateNormal:
+        r"""The latent predictive of :math:`f_* = \mathbf w_*^\top\mathbf z_*` with an inducing-point or grid-feature
+        base, from the weight posterior: nothing of size :math:`m \times n`, and no training features recomputed.
+
+        With :math:`\operatorname{Cov}[\mathbf w_*] = \mathbf P \otimes \mathbf I_d + \mathbf H^\top\mathbf H`
+        (:class:`~gpytorch_explain.operators.InducingWeightPosteriorLinearOperator`) and :math:`\mathbf r_p =
+        \mathbf z_p \otimes \boldsymbol\phi_p`, contracting with :math:`\mathbf z_*` gives
+        :math:`\operatorname{Cov}[\mathbf f_*] = \mathbf P \odot \mathbf Z_*\mathbf Z_*^\top + \mathbf G^\top\mathbf G`,
+        :math:`\mathbf G = \mathbf L^{-1}\mathbf R_*^\top`: :math:`O(m d^2 M^2)`, the same numbers as GPyTorch's
+        joint train/test evaluation.
+        """
+        x, z = self.covar_module.split_inputs(inputs)
+        post = self.predict_weights(x)
+        mean = (post.mean * z).sum(-1)
+        if gsettings.skip_posterior_variances.on():
+            return MultivariateNormal(mean, ZeroLinearOperator(mean.size(-1), mean.size(-1), dtype=mean.dtype))
+        weights_covar = post.lazy_covariance_matrix
+        phi = weights_covar.test_features  # (m, M)
+        rows = (z.unsqueeze(-1) * phi.unsqueeze(-2)).reshape(phi.size(0), -1)  # R_*: (m, dM), block l holds z_l φ
+        root = torch.linalg.solve_triangular(weights_covar.capacitance_cholesky, rows.mT, upper=False)  # G: (dM, m)
+        prior = weights_covar.prior_covar.diagonal(dim1=-1, dim2=-2) * z.pow(2).sum(-1)
+        covar = LowRankRootAddedDiagLinearOperator(LowRankRootLinearOperator(root.mT), DiagLinearOperator(prior))
+        return MultivariateNormal(mean, covar)
 
     def _get_train_prior_distribution(self, train_inputs, **kwargs) -> MultivariateNormal:
         # the training covariance of an inducing-point base is the Nyström one, as in training;
