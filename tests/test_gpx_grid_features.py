@@ -49,6 +49,16 @@ def _ski_dense(kernel, x1, x2):
     while isinstance(kernel, ScaleKernel):
         scale = scale * kernel.outputscale.reshape(())
         kernel = kernel.base_kernel
+    if isinstance(kernel, ProductStructureKernel):  # ⊙_j W₁⁽ʲ⁾ K_UU W₂⁽ʲ⁾ᵀ, one 1-D grid per dimension
+        gik = kernel.base_kernel
+        g = gik.grid[0].unsqueeze(-1)
+        kuu = _rbf(g, g, gik.base_kernel.lengthscale.reshape(-1))
+        total = 1
+        for j in range(x1.size(-1)):
+            w1 = _interp_matrix(gik.grid, x1[:, j : j + 1])
+            w2 = _interp_matrix(gik.grid, x2[:, j : j + 1])
+            total = total * (w1 @ kuu @ w2.T)
+        return scale * total
     if isinstance(kernel, AdditiveStructureKernel):
         gik = kernel.base_kernel
         g = gik.grid[0].unsqueeze(-1)
@@ -89,10 +99,15 @@ def _kernel(name):
         k.base_kernel.base_kernel.base_kernel.lengthscale = 0.8
         k.outputscale = 0.6
         return k.to(DT), 3
+    if name == "product":
+        k = ScaleKernel(ProductStructureKernel(GridInterpolationKernel(RBFKernel(), grid_size=24, num_dims=1), 3))
+        k.base_kernel.base_kernel.base_kernel.lengthscale = 2.0
+        k.outputscale = 0.8
+        return k.to(DT), 3
     raise ValueError(name)
 
 
-KERNELS = ["1d", "2d_ard_scaled", "3d", "additive"]
+KERNELS = ["1d", "2d_ard_scaled", "3d", "additive", "product"]
 
 
 @pytest.mark.parametrize("name", KERNELS)
@@ -103,7 +118,7 @@ def test_features_reproduce_the_ski_covariance(name):
     assert none is None and phi.size(0) == 80
     gik = [m for m in kernel.modules() if isinstance(m, GridInterpolationKernel)][0]
     per_term = math.prod(g.numel() for g in gik.grid)
-    assert phi.size(1) <= per_term * (dims if name == "additive" else 1)
+    assert phi.size(1) <= per_term ** (dims if name == "product" else 1) * (dims if name == "additive" else 1)
     ref = _ski_dense(kernel, x, x)
     torch.testing.assert_close(phi @ phi.T, ref, rtol=1e-9, atol=1e-10)
     if name in ("1d", "additive"):  # GPyTorch's own KISS-GP (one-dimensional grids: no factor order to get wrong)
@@ -172,7 +187,7 @@ def _dense_c(model, x, z):
     return model.likelihood.noise * eye + (k + model.weight_noise * eye) * (z @ z.T)
 
 
-@pytest.mark.parametrize("name", ["2d_ard_scaled", "additive"])
+@pytest.mark.parametrize("name", ["2d_ard_scaled", "additive", "product"])
 @pytest.mark.parametrize("dense_limit", [0, 10_000])
 def test_marginal_likelihood_and_gradients(name, dense_limit):
     model, x, y, z = _model(name)
@@ -193,7 +208,7 @@ def test_marginal_likelihood_and_gradients(name, dense_limit):
         torch.testing.assert_close(g, r, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("name", ["1d", "2d_ard_scaled", "additive"])
+@pytest.mark.parametrize("name", ["1d", "2d_ard_scaled", "additive", "product"])
 @pytest.mark.parametrize("dense_limit", [0, 10_000])
 def test_weight_posterior_and_latent_predictive(name, dense_limit):
     model, x, y, z = _model(name)
@@ -311,13 +326,16 @@ def test_supported_structures():
     assert supports_grid_features(gik)
     assert supports_grid_features(ScaleKernel(ScaleKernel(gik)))
     assert supports_grid_features(AdditiveStructureKernel(gik, 3))
-    assert not supports_grid_features(ProductStructureKernel(gik, 3))
+    assert supports_grid_features(ScaleKernel(ProductStructureKernel(gik, 3)))
+    assert not supports_grid_features(ProductStructureKernel(ScaleKernel(gik), 3))
     assert not supports_grid_features(RBFKernel())
     assert not supports_grid_features(GridInterpolationKernel(RBFKernel(), grid_size=10, num_dims=1, active_dims=[0]))
     batch = GridInterpolationKernel(RBFKernel(batch_shape=torch.Size([2])), grid_size=10, num_dims=1)
     assert not supports_grid_features(batch)
+    gik2 = GridInterpolationKernel(RBFKernel(), grid_size=10, num_dims=2)
+    assert not supports_grid_features(ProductStructureKernel(gik2, 4))
     with pytest.raises(TypeError, match="grid_features does not support ProductStructureKernel"):
-        grid_features(ProductStructureKernel(gik, 3), torch.randn(4, 3))
+        grid_features(ProductStructureKernel(gik2, 4), torch.randn(4, 4))
 
 
 def test_float32_matches_float64():
@@ -347,3 +365,36 @@ def test_falling_back_to_gpytorchs_multidimensional_kissgp_warns():
     with explain_settings.use_grid_features(False), warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         one_d.covar_module(one_d.train_inputs[0])  # 1-D grids: nothing to warn about
+
+
+def test_product_structure_matches_the_product_of_one_dimensional_skis_beyond_the_dense_limit():
+    """ProductStructureKernel over a 1-D grid through grid features: the face-splitting identity gives the product
+    of the per-dimension SKI covariances exactly, also with more rows than GPyTorch's dense limit (where
+    linear_operator 0.6's batch product pads an odd number of Lanczos roots with 1/sqrt(n) columns and scales the
+    covariance by rank/n). Falling back to GPyTorch's operator warns."""
+    kernel, dims = _kernel("product")
+    x = torch.randn(900, dims, dtype=DT, generator=_gen(11))
+    with gpytorch.settings.max_cholesky_size(100):
+        phi, _ = grid_features(kernel, x)
+    rows = slice(0, 150)
+    ref = _ski_dense(kernel, x[rows], x[rows])
+    torch.testing.assert_close(phi[rows] @ phi[rows].T, ref, rtol=1e-9, atol=1e-10)
+    exact = kernel.outputscale * _rbf(x[rows], x[rows], kernel.base_kernel.base_kernel.base_kernel.lengthscale)
+    assert (phi[rows] @ phi[rows].T - exact).abs().max() < 1e-3  # and SKI interpolates the exact product RBF
+
+    model, *_ = _model("product", n=30)
+    model.train()
+    with explain_settings.use_grid_features(False), pytest.warns(RuntimeWarning, match="ProductStructureKernel"):
+        model.covar_module(model.train_inputs[0])
+
+
+def test_product_structure_root_too_wide_is_detected_without_forming_it():
+    """The kept eigenvalue products are enumerated one dimension at a time and abandoned past the width limit, so
+    a product over many dimensions returns ``None`` instead of forming G^D candidates."""
+    gik = GridInterpolationKernel(RBFKernel(), grid_size=100, num_dims=1).to(DT)
+    gik.base_kernel.lengthscale = 0.3
+    kernel = ProductStructureKernel(gik, 12)
+    x = torch.randn(20, 12, dtype=DT, generator=_gen(12))
+    assert grid_features(kernel, x, max_width=500) is None
+    with pytest.raises(ValueError, match="grid root has more than"):
+        grid_features(kernel, x)

@@ -8,7 +8,7 @@ import warnings
 import torch
 from gpytorch import settings as gsettings
 from gpytorch.constraints import Interval, Positive
-from gpytorch.kernels import InducingPointKernel, Kernel
+from gpytorch.kernels import InducingPointKernel, Kernel, ProductStructureKernel
 from gpytorch.mlls import AddedLossTerm
 from gpytorch.priors import Prior
 from linear_operator import to_dense
@@ -26,6 +26,10 @@ from ..operators import GPXInducingLinearOperator, LowRankHadamardLinearOperator
 from .ski_features import gpytorch_grid_order_matters, grid_features, supports_grid_features
 
 __all__ = ["GPXKernel"]
+
+
+def _has_product_structure(kernel: Kernel) -> bool:
+    return any(isinstance(m, ProductStructureKernel) for m in kernel.modules())
 
 
 def _contiguous_range(index, size: int) -> tuple[int, int] | None:
@@ -151,8 +155,9 @@ class GPXKernel(Kernel):
     (:class:`GPXInducingPointAddedLossTerm`) replaces GPyTorch's SGPR term, and in eval mode the
     sample diagonal carries :math:`\|\mathbf z_i\|^2(k_{ii} - q_{ii})` when
     ``gpytorch.settings.sgpr_diagonal_correction`` is on (as GPyTorch's SGPR does). With a KISS-GP base
-    (``GridInterpolationKernel``, in ``ScaleKernel`` or ``AdditiveStructureKernel``), the same Woodbury
-    operator is built from exact grid features :math:`\mathbf K_{\mathrm{SKI}} = \boldsymbol\Phi\boldsymbol\Phi^\top`
+    (``GridInterpolationKernel``, in ``ScaleKernel``, ``AdditiveStructureKernel`` or ``ProductStructureKernel``),
+    the same Woodbury operator is built from exact grid features
+    :math:`\mathbf K_{\mathrm{SKI}} = \boldsymbol\Phi\boldsymbol\Phi^\top`
     (:func:`~gpytorch_explain.kernels.grid_features`; see :class:`gpytorch_explain.settings.use_grid_features`).
 
     :param base_kernel: The kernel :math:`k` on :math:`\mathbf x`.
@@ -258,6 +263,18 @@ class GPXKernel(Kernel):
             res = self._grid_call(xx1, z1, xx2, z2, same, diag)
             if res is not None:
                 return res
+        if not getattr(self, "_warned_product", False) and _has_product_structure(self.base_kernel):
+            self._warned_product = True
+            warnings.warn(
+                "GPX is using GPyTorch's own ProductStructureKernel operator (the exact grid features are off or "
+                "wider than gpytorch_explain.settings.max_grid_feature_width). That operator multiplies Lanczos roots "
+                "of the per-dimension factors (rank <= gpytorch.settings.max_root_decomposition_size), and with an odd "
+                "number of dimensions above gpytorch.settings.max_cholesky_size linear_operator 0.6 scales the whole "
+                "product by rank/n: the covariance is then wrong. Prefer the grid features (a coarser grid, a longer "
+                "lengthscale, or a larger max_grid_feature_width).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         if not getattr(self, "_warned_grid_order", False) and gpytorch_grid_order_matters(self.base_kernel):
             self._warned_grid_order = True
             warnings.warn(

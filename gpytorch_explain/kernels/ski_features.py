@@ -24,7 +24,14 @@ eigenvalues of a smooth kernel on a grid decay fast), and
 up to the dropped eigenvalues (each entry changes by at most the tolerance times
 :math:`\lambda_{\max}`). ``ScaleKernel`` multiplies :math:`\boldsymbol\Phi` by the square root of
 its output scale, and ``AdditiveStructureKernel`` over a one-dimensional grid concatenates the
-features of its dimensions. GPX then solves :math:`\mathbf C` exactly by Woodbury, as with an
+features of its dimensions. ``ProductStructureKernel`` over a one-dimensional grid is, by the face-splitting
+identity :math:`\bigodot_j \mathbf W_j\mathbf A\mathbf W_j^\top = (\mathbf W_1\bullet\cdots\bullet\mathbf W_D)
+(\mathbf A\otimes\cdots\otimes\mathbf A)(\mathbf W_1\bullet\cdots\bullet\mathbf W_D)^\top`, a KISS-GP on the
+:math:`D`-dimensional product grid: its features are the row-wise products of the per-dimension interpolated
+columns of the kept Kronecker eigenpairs (GPyTorch's own operator multiplies Lanczos roots instead, and
+linear_operator 0.6 pads an odd number of them wrongly above ``max_cholesky_size``).
+
+GPX then solves :math:`\mathbf C` exactly by Woodbury, as with an
 inducing-point base (:class:`~gpytorch_explain.operators.GPXInducingLinearOperator`), instead of
 running CG through the interpolated operator.
 
@@ -42,7 +49,13 @@ from __future__ import annotations
 import warnings
 
 import torch
-from gpytorch.kernels import AdditiveStructureKernel, GridInterpolationKernel, Kernel, ScaleKernel
+from gpytorch.kernels import (
+    AdditiveStructureKernel,
+    GridInterpolationKernel,
+    Kernel,
+    ProductStructureKernel,
+    ScaleKernel,
+)
 from gpytorch.utils.grid import create_grid
 from gpytorch.utils.interpolation import Interpolation
 from linear_operator import to_dense
@@ -52,6 +65,9 @@ from torch import Tensor
 from .. import settings as explain_settings
 
 __all__ = ["cover_grid", "fit_grid", "grid_features", "supports_grid_features"]
+
+#: The widest grid root formed when ``grid_features`` is given no ``max_width``.
+MAX_ROOT_COLUMNS = 2**18
 
 #: Entries of the feature matrix computed at once (rows go in blocks of this many entries).
 FEATURE_BLOCK_ELEMENTS = 2**24
@@ -65,7 +81,7 @@ def _grid_kernel(kernel: Kernel) -> GridInterpolationKernel | None:
     """The ``GridInterpolationKernel`` in a supported structure, or ``None``."""
     while type(kernel) is ScaleKernel and _plain(kernel):
         kernel = kernel.base_kernel
-    if type(kernel) is AdditiveStructureKernel and _plain(kernel):
+    if type(kernel) in (AdditiveStructureKernel, ProductStructureKernel) and _plain(kernel):
         inner = kernel.base_kernel
         if type(inner) is GridInterpolationKernel and _plain(inner) and inner.num_dims == 1:
             return inner
@@ -77,8 +93,8 @@ def _grid_kernel(kernel: Kernel) -> GridInterpolationKernel | None:
 
 def supports_grid_features(kernel: Kernel) -> bool:
     """Whether :func:`grid_features` handles ``kernel``: a non-batched ``GridInterpolationKernel``, or an
-    ``AdditiveStructureKernel`` over a one-dimensional one, each optionally inside ``ScaleKernel``\\ s
-    (no ``active_dims``)."""
+    ``AdditiveStructureKernel`` or ``ProductStructureKernel`` over a one-dimensional one, each optionally inside
+    ``ScaleKernel``\\ s (no ``active_dims``)."""
     return _grid_kernel(kernel) is not None
 
 
@@ -162,7 +178,7 @@ def fit_grid(kernel: Kernel, x: Tensor) -> None:
     while type(k) is ScaleKernel:
         k = k.base_kernel
     with torch.no_grad():
-        gik.forward(x, x, last_dim_is_batch=type(k) is AdditiveStructureKernel)
+        gik.forward(x, x, last_dim_is_batch=type(k) in (AdditiveStructureKernel, ProductStructureKernel))
 
 
 def _flat_order(gik: GridInterpolationKernel) -> list[int]:
@@ -228,29 +244,97 @@ def _grid_factors(gik: GridInterpolationKernel) -> list[Tensor]:
     return [covars[j, : grid[j].numel(), : grid[j].numel()] for j in _flat_order(gik)]
 
 
-def _root(factors: list[Tensor], threshold: float) -> Tensor:
-    r"""Columns :math:`\sqrt{\lambda}\,\mathbf q` of the Kronecker product's eigenpairs above the threshold."""
+def _eigen(factors: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    """Eigenvalues (clamped at zero) and eigenvectors of each factor."""
     vals, vecs = [], []
     for f in factors:
         lam, q = torch.linalg.eigh(f)
         vals.append(lam.clamp_min(0))
         vecs.append(q)
-    prod = vals[0]
-    for lam in vals[1:]:
-        prod = (prod.unsqueeze(-1) * lam.unsqueeze(-2)).reshape(-1)
-    keep = torch.nonzero(prod > threshold * prod.max()).squeeze(-1)
-    # the multi-index (a_1, ..., a_D) of each kept eigenpair, in Kronecker (row-major) order
-    sizes = [lam.numel() for lam in vals]
-    idx, rem = [], keep
-    for size in reversed(sizes):
-        idx.append(rem % size)
-        rem = torch.div(rem, size, rounding_mode="floor")
-    idx.reverse()
+    return vals, vecs
+
+
+def _kept(vals: list[Tensor], threshold: float, limit: int | None = None) -> list[Tensor] | None:
+    r"""The multi-indices :math:`(a_1, \dots, a_D)` (one index tensor per factor) of the eigenvalue products
+    :math:`\lambda^{(1)}_{a_1}\cdots\lambda^{(D)}_{a_D}` above ``threshold`` times the largest.
+
+    Built one factor at a time: a partial product is dropped as soon as it stays below the cut even with the
+    largest eigenvalues of the remaining factors, so nothing of size :math:`\prod_j G_j` is formed. Every partial
+    product kept has a kept extension (the largest eigenvalues attain the bound), so when more than ``limit``
+    partial products survive, so would more than ``limit`` columns: then ``None`` is returned.
+    """
+    tops = [lam.max() for lam in vals]
+    cut = threshold * torch.stack(tops).prod()
+    prod = vals[0].new_ones(1)
+    idx: list[Tensor] = []
+    for j, lam in enumerate(vals):
+        rest = torch.stack(tops[j + 1 :]).prod() if j + 1 < len(vals) else lam.new_ones(())
+        cand = prod.unsqueeze(-1) * lam.unsqueeze(0)  # (kept so far, G_j)
+        row, col = torch.nonzero(cand * rest > cut, as_tuple=True)
+        if limit is not None and row.numel() > limit:
+            return None
+        prod = cand[row, col]
+        idx = [ix[row] for ix in idx] + [col]
+    return idx
+
+
+def _root(factors: list[Tensor], threshold: float, limit: int | None = None) -> Tensor | None:
+    r"""Columns :math:`\sqrt{\lambda}\,\mathbf q` of the Kronecker product's eigenpairs above the threshold
+    (``None`` when there are more than ``limit``)."""
+    vals, vecs = _eigen(factors)
+    idx = _kept(vals, threshold, limit)
+    if idx is None:
+        return None
     root = vecs[0][:, idx[0]] * vals[0][idx[0]].sqrt()
     for q, lam, ix in zip(vecs[1:], vals[1:], idx[1:], strict=True):
         col = q[:, ix] * lam[ix].sqrt()
-        root = (root.unsqueeze(1) * col.unsqueeze(0)).reshape(-1, keep.numel())
+        root = (root.unsqueeze(1) * col.unsqueeze(0)).reshape(-1, ix.numel())
     return root
+
+
+def _product_roots(
+    grams: Tensor, dims: int, threshold: float, limit: int | None = None
+) -> list[tuple[Tensor, Tensor]] | None:
+    r"""Per-dimension roots of a product structure over a one-dimensional grid.
+
+    For the kept multi-indices :math:`(a_1, \dots, a_D)` of the Kronecker product of the dimensions' grid Grams,
+    dimension :math:`j` contributes the columns :math:`\sqrt{\lambda^{(j)}_{a_j}}\,\mathbf q^{(j)}_{a_j}`. Returns,
+    per dimension, the distinct columns it uses (``G x u_j``) and, for each kept multi-index, which of them
+    (``None`` when more than ``limit`` multi-indices are kept).
+    """
+    if grams.dim() == 2 or grams.size(0) == 1:
+        vals, vecs = _eigen([grams.reshape(grams.shape[-2:])])
+        vals, vecs = vals * dims, vecs * dims
+    else:
+        vals, vecs = _eigen([grams[j] for j in range(dims)])
+    kept = _kept(vals, threshold, limit)
+    if kept is None:
+        return None
+    out = []
+    for q, lam, ix in zip(vecs, vals, kept, strict=True):
+        used, which = torch.unique(ix, return_inverse=True)
+        out.append((q[:, used] * lam[used].sqrt(), which))
+    return out
+
+
+def _product_features(roots: list[tuple[Tensor, Tensor]], indices: Tensor, values: Tensor) -> Tensor:
+    r""":math:`\boldsymbol\Phi = (\mathbf W_1\mathbf S_1) \odot \cdots \odot (\mathbf W_D\mathbf S_D)`, by the
+    face-splitting identity
+
+    .. math::
+
+        \bigodot_j \mathbf W_j\mathbf A_j\mathbf W_j^\top
+        = (\mathbf W_1 \bullet\cdots\bullet \mathbf W_D)(\mathbf A_1\otimes\cdots\otimes\mathbf A_D)
+        (\mathbf W_1 \bullet\cdots\bullet \mathbf W_D)^\top,
+
+    with :math:`\mathbf S_j` the columns of the kept Kronecker eigenpairs (:func:`_product_roots`) and
+    ``indices``/``values`` the per-dimension interpolation (``(D, n, 4)``).
+    """
+    phi = None
+    for j, (root, which) in enumerate(roots):
+        part = _interp_times(indices[j], values[j], root)[:, which]
+        phi = part if phi is None else phi * part
+    return phi
 
 
 def _blocks(rows: int, width: int):
@@ -325,7 +409,8 @@ def grid_features(
     :param x1: Inputs ``(n1, D)``.
     :param x2: Optional second inputs ``(n2, D)``.
     :param max_width: Return ``None`` when the root has more columns than this.
-    :return: ``(phi1, phi2)`` (``phi2`` is ``None`` without ``x2``), or ``None`` when the root is too wide.
+    :return: ``(phi1, phi2)`` (``phi2`` is ``None`` without ``x2``), or ``None`` when the root is wider than
+        ``max_width``. Without ``max_width``, a root wider than ``MAX_ROOT_COLUMNS`` raises ``ValueError``.
 
     Example:
         >>> import torch, gpytorch
@@ -349,8 +434,30 @@ def grid_features(
         scale = s if scale is None else scale * s
         k = k.base_kernel
     additive = type(k) is AdditiveStructureKernel
-    base, idx1, val1, idx2, val2 = _interpolated(gik, x1, x1 if x2 is None else x2, last_dim_is_batch=additive)
+    product = type(k) is ProductStructureKernel
+    x2_ = x1 if x2 is None else x2
+    base, idx1, val1, idx2, val2 = _interpolated(gik, x1, x2_, last_dim_is_batch=additive or product)
     threshold = explain_settings.grid_root_threshold(x1.dtype)
+    limit = MAX_ROOT_COLUMNS if max_width is None else max_width
+
+    def too_wide():
+        if max_width is not None:
+            return None
+        raise ValueError(
+            f"The grid root has more than {MAX_ROOT_COLUMNS} columns (many dimensions, a fine grid or short "
+            "lengthscales); pass max_width, or raise gpytorch_explain.settings.grid_root_tolerance."
+        )
+
+    if product:
+        # one Kronecker root over all dimensions, interpolated per dimension (see _product_features)
+        roots = _product_roots(base.to_dense(), idx1.size(0), threshold, limit=limit)
+        if roots is None:
+            return too_wide()
+        if scale is not None:
+            roots[0] = (roots[0][0] * scale.sqrt(), roots[0][1])
+        phi1 = _product_features(roots, idx1, val1)
+        phi2 = None if x2 is None else _product_features(roots, idx2, val2)
+        return phi1, phi2
     if additive:
         grams = base.to_dense()  # (D or 1, G, G): the same 1-D grid and kernel in every dimension
         dims = idx1.size(0)
@@ -359,13 +466,16 @@ def grid_features(
         else:
             roots = [_root([grams[j]], threshold) for j in range(dims)]
         terms = [(roots[j], idx1[j], val1[j], idx2[j], val2[j]) for j in range(dims)]
-    elif gik.num_dims == 1:
-        factors = list(base.linear_ops) if isinstance(base, KroneckerProductLinearOperator) else [base]
-        root = _root([f.to_dense() for f in factors], threshold)
-        terms = [(root, idx1, val1, idx2, val2)]
     else:
-        # the Kronecker factors in the order of the interpolation's flat grid index (see _grid_factors)
-        root = _root(_grid_factors(gik), threshold)
+        if gik.num_dims == 1:
+            factors = list(base.linear_ops) if isinstance(base, KroneckerProductLinearOperator) else [base]
+            factors = [f.to_dense() for f in factors]
+        else:
+            # the Kronecker factors in the order of the interpolation's flat grid index (see _grid_factors)
+            factors = _grid_factors(gik)
+        root = _root(factors, threshold, limit=limit)
+        if root is None:
+            return too_wide()
         terms = [(root, idx1, val1, idx2, val2)]
     width = sum(t[0].size(-1) for t in terms)
     if max_width is not None and width > max_width:

@@ -151,9 +151,10 @@ class GPXModel(gpytorch.models.ExactGP):
     :param base_kernel: :math:`k` on :math:`\mathbf x` (default: ``ScaleKernel(RBFKernel())`` with
         outputscale 1 and the lengthscale from the median heuristic). Any GPyTorch kernel works. With an
         ``InducingPointKernel`` (SGPR) or a KISS-GP kernel (``GridInterpolationKernel``, also in
-        ``ScaleKernel`` or ``AdditiveStructureKernel``), training, :meth:`predict_weights` and ``model(x, z)``
-        run in feature space (exact Woodbury, no :math:`n \times n` or :math:`m \times n` matrix), which is
-        the path for :math:`10^5`-:math:`10^6` rows; see ``gpytorch_explain.kernels.grid_features``.
+        ``ScaleKernel``, ``AdditiveStructureKernel`` or ``ProductStructureKernel``), training,
+        :meth:`predict_weights` and ``model(x, z)`` run in feature space (exact Woodbury, no
+        :math:`n \times n` or :math:`m \times n` matrix), which is the path for
+        :math:`10^5`-:math:`10^6` rows; see ``gpytorch_explain.kernels.grid_features``.
     :param feature_names: Optional names of the :math:`d` explanation features.
 
     Example:
