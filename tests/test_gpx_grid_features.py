@@ -17,6 +17,7 @@ from gpytorch.kernels import (
 )
 from gpytorch.utils.grid import create_grid
 from gpytorch.utils.interpolation import Interpolation
+from linear_operator.utils.warnings import NumericalWarning
 
 from gpytorch_explain import GPXModel
 from gpytorch_explain import settings as explain_settings
@@ -398,3 +399,86 @@ def test_product_structure_root_too_wide_is_detected_without_forming_it():
     assert grid_features(kernel, x, max_width=500) is None
     with pytest.raises(ValueError, match="grid root has more than"):
         grid_features(kernel, x)
+
+
+@pytest.mark.parametrize("name", ["2d_ard_scaled", "3d", "product"])
+def test_roots_too_wide_for_features_use_the_interpolated_grid_operator(name):
+    """Past max_grid_feature_width, multi-dimensional and product-structure grids go through GPX's own interpolated
+    operator (Kronecker factors in the interpolation's order, untruncated): exact SKI, CG-ready, no warning; the
+    marginal likelihood on the CG path and its gradients match the dense brute force."""
+    model, x, y, z = _model(name, n=60)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    with explain_settings.max_grid_feature_width(2), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("ignore", NumericalWarning)  # CG's own tolerance messages
+        op = model.covar_module(model.train_inputs[0])
+        diag = model.covar_module(model.train_inputs[0], diag=True)
+        assert not isinstance(op, GPXInducingLinearOperator)
+        ref = _dense_c(model, x, z) - model.likelihood.noise * torch.eye(60, dtype=DT)
+        torch.testing.assert_close(op.to_dense(), ref, rtol=1e-9, atol=1e-10)
+        torch.testing.assert_close(diag, ref.diagonal(), rtol=1e-9, atol=1e-10)
+        mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
+        with (
+            gpytorch.settings.max_cholesky_size(0),
+            explain_settings.max_cholesky_size(0),
+            gpytorch.settings.max_lanczos_quadrature_iterations(60),
+            gpytorch.settings.num_trace_samples(64),
+            gpytorch.settings.cg_tolerance(1e-4),
+        ):
+            torch.manual_seed(0)
+            value = mll(model(x, z), y)
+        grads = torch.autograd.grad(value, params)
+    c = _dense_c(model, x, z)
+    dense = torch.distributions.MultivariateNormal(torch.zeros_like(y), c).log_prob(y) / y.numel()
+    ref_grads = torch.autograd.grad(dense, params)
+    # stochastic Lanczos quadrature for the log-determinant: a loose tolerance, but a wrong kernel is off by far more
+    assert abs(value.item() - dense.item()) < 0.05 * abs(dense.item())
+    for g, r in zip(grads, ref_grads, strict=True):
+        assert (g - r).norm() < 0.25 * r.norm() + 1e-3
+
+
+@pytest.mark.parametrize("name", ["2d_ard_scaled", "3d", "product"])
+def test_grid_operator_is_the_brute_force_ski_with_gradients(name):
+    from gpytorch_explain.kernels import grid_operator
+
+    kernel, dims = _kernel(name)
+    x = torch.randn(70, dims, dtype=DT, generator=_gen(13))
+    op = grid_operator(kernel, x)
+    v = torch.randn(70, 3, dtype=DT, generator=_gen(14))
+    ref = _ski_dense(kernel, x, x)
+    torch.testing.assert_close(op @ v, ref @ v, rtol=1e-10, atol=1e-11)
+    torch.testing.assert_close(op.diagonal(), ref.diagonal(), rtol=1e-10, atol=1e-11)
+    params = list(kernel.parameters())
+    grads = torch.autograd.grad((v * (op @ v)).sum(), params)
+    ref_grads = torch.autograd.grad((v * (ref @ v)).sum(), params)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-9, atol=1e-10)
+    kernel.eval()
+    xt = 0.5 * torch.randn(9, dims, dtype=DT, generator=_gen(15))
+    torch.testing.assert_close(
+        grid_operator(kernel, xt, x).to_dense(), _ski_dense(kernel, xt, x), rtol=1e-10, atol=1e-11
+    )
+    # structures GPyTorch evaluates exactly keep GPyTorch's operator
+    for other in ("1d", "additive"):
+        assert grid_operator(_kernel(other)[0], torch.randn(5, _kernel(other)[1], dtype=DT)) is None
+
+
+@pytest.mark.parametrize("name", ["2d_ard_scaled", "product"])
+def test_weight_posterior_through_the_grid_operator(name):
+    model, x, y, z = _model(name)
+    model.eval()
+    m, d = 5, 2
+    xt = 0.6 * torch.randn(m, x.size(1), dtype=DT, generator=_gen(16))
+    with torch.no_grad(), explain_settings.max_grid_feature_width(2), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        post = model.predict_weights(xt)
+        mean, var = post.mean, post.variance
+        c = _dense_c(model, x, z)
+        k_sx = _ski_dense(model.base_kernel, xt, x)
+        b = (k_sx.T.unsqueeze(-1) * z.unsqueeze(1)).reshape(x.size(0), m * d)
+        ref_mean = (b.T @ torch.linalg.solve(c, y)).reshape(m, d)
+        prior = _ski_dense(model.base_kernel, xt, xt).diagonal().repeat_interleave(d) + model.weight_noise
+        ref_var = (prior - (b * torch.linalg.solve(c, b)).sum(0)).reshape(m, d)
+    torch.testing.assert_close(mean, ref_mean, rtol=1e-7, atol=1e-8)
+    torch.testing.assert_close(var, ref_var, rtol=1e-6, atol=1e-8)

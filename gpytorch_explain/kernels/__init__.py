@@ -1,4 +1,4 @@
 from .gpx_kernel import GPXKernel
-from .ski_features import cover_grid, grid_features, supports_grid_features
+from .ski_features import cover_grid, grid_features, grid_operator, supports_grid_features
 
-__all__ = ["GPXKernel", "cover_grid", "grid_features", "supports_grid_features"]
+__all__ = ["GPXKernel", "cover_grid", "grid_features", "grid_operator", "supports_grid_features"]

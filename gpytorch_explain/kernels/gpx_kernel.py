@@ -23,7 +23,7 @@ from torch import Tensor
 
 from .. import settings as explain_settings
 from ..operators import GPXInducingLinearOperator, LowRankHadamardLinearOperator
-from .ski_features import gpytorch_grid_order_matters, grid_features, supports_grid_features
+from .ski_features import gpytorch_grid_order_matters, grid_features, grid_operator, supports_grid_features
 
 __all__ = ["GPXKernel"]
 
@@ -263,38 +263,54 @@ class GPXKernel(Kernel):
             res = self._grid_call(xx1, z1, xx2, z2, same, diag)
             if res is not None:
                 return res
+        grid_op = self._grid_operator(xx1, None if same else xx2)
+        if grid_op is None:
+            self._warn_gpytorch_grid_operator()
+        if diag:
+            if grid_op is not None:
+                base_diag = grid_op.diagonal()
+            else:
+                base_diag = self.base_kernel(xx1, xx2, diag=True, **params)
+            res = base_diag * (z1 * z2).sum(-1)
+            return res + self.weight_noise * (z1 * z1).sum(-1) if same else res
+        base = grid_op if grid_op is not None else to_linear_operator(self.base_kernel(xx1, xx2, **params))
+        res = LowRankHadamardLinearOperator(base, z1, z2)
+        if same:
+            res = _SampleDiagAddedLinearOperator(res, DiagLinearOperator(self.weight_noise * (z1 * z1).sum(-1)))
+        return res
+
+    def _grid_operator(self, x1: Tensor, x2: Tensor | None) -> LinearOperator | None:
+        """A multi-dimensional or product-structure KISS-GP base as the interpolation of its own base kernel
+        (:func:`~gpytorch_explain.kernels.grid_operator`), for roots too wide for grid features; ``None`` when the
+        base kernel's own operator is used (other kernels, or ``use_grid_features`` off)."""
+        if not (explain_settings.use_grid_features.on() and supports_grid_features(self.base_kernel)):
+            return None
+        return grid_operator(self.base_kernel, x1, x2)
+
+    def _warn_gpytorch_grid_operator(self) -> None:
+        """Warn once when GPX multiplies by a GPyTorch KISS-GP operator that is not its base kernel's interpolation."""
         if not getattr(self, "_warned_product", False) and _has_product_structure(self.base_kernel):
             self._warned_product = True
             warnings.warn(
-                "GPX is using GPyTorch's own ProductStructureKernel operator (the exact grid features are off or "
-                "wider than gpytorch_explain.settings.max_grid_feature_width). That operator multiplies Lanczos roots "
-                "of the per-dimension factors (rank <= gpytorch.settings.max_root_decomposition_size), and with an odd "
-                "number of dimensions above gpytorch.settings.max_cholesky_size linear_operator 0.6 scales the whole "
-                "product by rank/n: the covariance is then wrong. Prefer the grid features (a coarser grid, a longer "
-                "lengthscale, or a larger max_grid_feature_width).",
+                "GPX is using GPyTorch's own ProductStructureKernel operator (grid features and GPX's product-grid "
+                "operator are off or too large). That operator multiplies Lanczos roots of the per-dimension factors "
+                "(rank <= gpytorch.settings.max_root_decomposition_size), and with an odd number of dimensions above "
+                "gpytorch.settings.max_cholesky_size linear_operator 0.6 scales the whole product by rank/n: the "
+                "covariance is then wrong. Prefer gpytorch_explain.settings.use_grid_features (on by default) with "
+                "few dimensions, a coarser grid or longer lengthscales.",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         if not getattr(self, "_warned_grid_order", False) and gpytorch_grid_order_matters(self.base_kernel):
             self._warned_grid_order = True
             warnings.warn(
                 "GPX is using GPyTorch's own multi-dimensional KISS-GP operator, which (gpytorch 1.15) multiplies the "
                 "per-dimension grid Grams in the opposite order to its interpolation index: with grids or "
-                "lengthscales that differ between dimensions it evaluates a different kernel. GPX's exact grid "
-                "features do not have this problem (gpytorch_explain.settings.use_grid_features, "
-                "max_grid_feature_width).",
+                "lengthscales that differ between dimensions it evaluates a different kernel. GPX's grid features "
+                "and grid operator do not have this problem (gpytorch_explain.settings.use_grid_features).",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        if diag:
-            base_diag = self.base_kernel(xx1, xx2, diag=True, **params)
-            res = base_diag * (z1 * z2).sum(-1)
-            return res + self.weight_noise * (z1 * z1).sum(-1) if same else res
-        base = to_linear_operator(self.base_kernel(xx1, xx2, **params))
-        res = LowRankHadamardLinearOperator(base, z1, z2)
-        if same:
-            res = _SampleDiagAddedLinearOperator(res, DiagLinearOperator(self.weight_noise * (z1 * z1).sum(-1)))
-        return res
 
     def _inducing_call(self, x1: Tensor, z1: Tensor, x2: Tensor, z2: Tensor, same: bool, diag: bool):
         """The GPX covariance with an ``InducingPointKernel`` base (see the class docstring)."""
@@ -338,6 +354,9 @@ class GPXKernel(Kernel):
             if feats is not None:
                 phi1, phi2 = feats
                 return MatmulLinearOperator(phi1, (phi1 if same else phi2).mT)
+            grid_op = grid_operator(self.base_kernel, x1, x2)
+            if grid_op is not None:
+                return grid_op
         return to_linear_operator(self.base_kernel(x1, x1 if same else x2))
 
     def _grid_call(self, x1: Tensor, z1: Tensor, x2: Tensor, z2: Tensor, same: bool, diag: bool):

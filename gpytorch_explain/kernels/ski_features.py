@@ -59,15 +59,23 @@ from gpytorch.kernels import (
 from gpytorch.utils.grid import create_grid
 from gpytorch.utils.interpolation import Interpolation
 from linear_operator import to_dense
-from linear_operator.operators import KroneckerProductLinearOperator, to_linear_operator
+from linear_operator.operators import (
+    InterpolatedLinearOperator,
+    KroneckerProductLinearOperator,
+    LinearOperator,
+    to_linear_operator,
+)
 from torch import Tensor
 
 from .. import settings as explain_settings
 
-__all__ = ["cover_grid", "fit_grid", "grid_features", "supports_grid_features"]
+__all__ = ["cover_grid", "fit_grid", "grid_features", "grid_operator", "supports_grid_features"]
 
 #: The widest grid root formed when ``grid_features`` is given no ``max_width``.
 MAX_ROOT_COLUMNS = 2**18
+
+#: The largest product grid (points) that :func:`grid_operator` interpolates a ``ProductStructureKernel`` on.
+MAX_OPERATOR_GRID = 2**24
 
 #: Entries of the feature matrix computed at once (rows go in blocks of this many entries).
 FEATURE_BLOCK_ELEMENTS = 2**24
@@ -485,3 +493,75 @@ def grid_features(
     phi1 = torch.cat([_interp_times(t[1], t[2], t[0]) for t in terms], dim=-1)
     phi2 = None if x2 is None else torch.cat([_interp_times(t[3], t[4], t[0]) for t in terms], dim=-1)
     return phi1, phi2
+
+
+def _scale_of(kernel: Kernel) -> tuple[Tensor | None, Kernel]:
+    """The product of the ``ScaleKernel`` output scales around ``kernel``'s structure, and the structure."""
+    scale = None
+    while type(kernel) is ScaleKernel:
+        s = kernel.outputscale.reshape(())
+        scale = s if scale is None else scale * s
+        kernel = kernel.base_kernel
+    return scale, kernel
+
+
+def _product_grid_interpolation(indices: Tensor, values: Tensor, size: int) -> tuple[Tensor, Tensor]:
+    """Per-dimension interpolation ``(D, n, k)`` on one 1-D grid of ``size`` points -> interpolation ``(n, k^D)``
+    on the D-dimensional product grid (flat index with the last dimension fastest)."""
+    flat, weight = indices[0], values[0]
+    for j in range(1, indices.size(0)):
+        flat = (flat.unsqueeze(-1) * size + indices[j].unsqueeze(-2)).flatten(-2)
+        weight = (weight.unsqueeze(-1) * values[j].unsqueeze(-2)).flatten(-2)
+    return flat, weight
+
+
+def grid_operator(kernel: Kernel, x1: Tensor, x2: Tensor | None = None) -> LinearOperator | None:
+    r"""The KISS-GP covariance :math:`\mathbf W_1\mathbf K_{UU}\mathbf W_2^\top` as a lazy interpolated operator
+    whose Kronecker factors follow the interpolation's grid index, for the structures whose GPyTorch operator is
+    not the interpolation of its base kernel.
+
+    * A multi-dimensional ``GridInterpolationKernel``: GPyTorch (1.15.2) multiplies the grid Grams in the
+      opposite order to its interpolation index (see :func:`_grid_factors`).
+    * A ``ProductStructureKernel`` over a one-dimensional grid: by the face-splitting identity it is the KISS-GP
+      on the :math:`D`-dimensional product grid (:math:`4^D` weights per row), built when that grid has at most
+      ``MAX_OPERATOR_GRID`` points. GPyTorch multiplies Lanczos roots of the factors instead.
+
+    Unlike :func:`grid_features` nothing is truncated, so this is the path for roots too wide for features
+    (matrix products only: CG). Returns ``None`` for the structures GPyTorch evaluates exactly (one-dimensional
+    grids, additive structures) and for products over too many dimensions. In eval mode the grid stays fixed.
+
+    Example:
+        >>> import torch, gpytorch
+        >>> from gpytorch_explain.kernels import grid_features, grid_operator
+        >>> rbf = gpytorch.kernels.RBFKernel(ard_num_dims=2)
+        >>> k = gpytorch.kernels.GridInterpolationKernel(rbf, grid_size=[30, 20], num_dims=2).double()
+        >>> k.base_kernel.lengthscale = torch.tensor([[0.7, 1.3]])
+        >>> x = torch.randn(50, 2, dtype=torch.float64)
+        >>> phi, _ = grid_features(k, x)
+        >>> torch.allclose(grid_operator(k, x).to_dense(), phi @ phi.T, atol=1e-8)
+        True
+    """
+    gik = _grid_kernel(kernel)
+    if gik is None or x1.dim() != 2 or (x2 is not None and x2.dim() != 2):
+        return None
+    scale, k = _scale_of(kernel)
+    product = type(k) is ProductStructureKernel
+    if type(k) is AdditiveStructureKernel or (not product and gik.num_dims == 1):
+        return None
+    if product:
+        size = gik.grid[0].numel()
+        if size ** x1.size(-1) > MAX_OPERATOR_GRID:
+            return None
+        base, idx1, val1, idx2, val2 = _interpolated(gik, x1, x1 if x2 is None else x2, last_dim_is_batch=True)
+        grams = base.to_dense()
+        dims = idx1.size(0)
+        factors = [grams.reshape(grams.shape[-2:])] * dims if grams.size(0) == 1 else list(grams.unbind(0))
+        idx1, val1 = _product_grid_interpolation(idx1, val1, size)
+        idx2, val2 = (idx1, val1) if x2 is None else _product_grid_interpolation(idx2, val2, size)
+    else:
+        _, idx1, val1, idx2, val2 = _interpolated(gik, x1, x1 if x2 is None else x2, last_dim_is_batch=False)
+        factors = _grid_factors(gik)
+    kuu = KroneckerProductLinearOperator(*[to_linear_operator(f) for f in factors])
+    if scale is not None:
+        kuu = kuu * scale
+    return InterpolatedLinearOperator(kuu, idx1, val1, idx2, val2)
