@@ -482,3 +482,31 @@ def test_weight_posterior_through_the_grid_operator(name):
         ref_var = (prior - (b * torch.linalg.solve(c, b)).sum(0)).reshape(m, d)
     torch.testing.assert_close(mean, ref_mean, rtol=1e-7, atol=1e-8)
     torch.testing.assert_close(var, ref_var, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["2d_ard_scaled", "product"])
+def test_grid_operator_entry_reads_for_the_preconditioner(name):
+    """Entries in a few rows or a few columns (pivoted Cholesky) come from products with unit vectors; the diagonal
+    factorises over dimensions; gradients flow through all three; a slice keeps the fast reads."""
+    from gpytorch_explain.kernels import grid_operator
+
+    kernel, dims = _kernel(name)
+    x = torch.randn(90, dims, dtype=DT, generator=_gen(17))
+    op = grid_operator(kernel, x)
+    ref = _ski_dense(kernel, x, x)
+    rows = torch.tensor([3, 3, 40, 7])
+    cols = torch.arange(90)
+    torch.testing.assert_close(op[rows.unsqueeze(-1), cols], ref[rows.unsqueeze(-1), cols], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(op[cols.unsqueeze(-1), rows], ref[cols.unsqueeze(-1), rows], rtol=1e-10, atol=1e-12)
+    many = torch.randint(0, 90, (200,), generator=_gen(18))  # neither few rows nor few columns: GPyTorch's path
+    torch.testing.assert_close(op[many, many.flip(0)], ref[many, many.flip(0)], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(op.diagonal(), ref.diagonal(), rtol=1e-10, atol=1e-12)
+    params = list(kernel.parameters())
+    for got, want in ((op[rows.unsqueeze(-1), cols], ref[rows.unsqueeze(-1), cols]), (op.diagonal(), ref.diagonal())):
+        g = torch.autograd.grad(got.sin().sum(), params, retain_graph=True)
+        r = torch.autograd.grad(want.sin().sum(), params, retain_graph=True)
+        for a, b in zip(g, r, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+    sliced = op[10:50, 10:50]
+    torch.testing.assert_close(sliced.to_dense(), ref[10:50, 10:50], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(sliced.diagonal(), ref.diagonal()[10:50], rtol=1e-10, atol=1e-12)
