@@ -66,6 +66,8 @@ from linear_operator.operators import (
     LinearOperator,
     to_linear_operator,
 )
+from linear_operator.utils import sparse
+from linear_operator.utils.memoize import cached
 from torch import Tensor
 
 from .. import settings as explain_settings
@@ -572,24 +574,67 @@ class _GridInterpolatedLinearOperator(InterpolatedLinearOperator):
             )
         return res
 
+    @cached(name="left_interp_csr")
+    def _left_csr(self) -> Tensor:
+        return _interp_matrix(self.left_interp_indices, self.left_interp_values, self.base_linear_op.size(-2))
+
+    @cached(name="right_interp_csr_t")
+    def _right_csr_t(self) -> Tensor:
+        return _interp_matrix_t(self.right_interp_indices, self.right_interp_values, self.base_linear_op.size(-1))
+
+    def _matmul(self, rhs: Tensor) -> Tensor:
+        """:math:`\\mathbf W_1(\\mathbf K_{UU}(\\mathbf W_2^\top\\mathbf v))` with the interpolation as CSR matrices
+        built once per operator (linear_operator rebuilds COO matrices on every product)."""
+        if self.batch_shape or rhs.dim() > 2 or rhs.requires_grad or self.left_interp_values.requires_grad:
+            return super()._matmul(rhs)
+        squeeze = rhs.dim() == 1
+        rhs = rhs.unsqueeze(-1) if squeeze else rhs
+        on_grid = self.base_linear_op._matmul(self._right_csr_t() @ rhs)
+        res = self._left_csr() @ on_grid
+        return res.squeeze(-1) if squeeze else res
+
     def _bilinear_derivative(self, left_vecs: Tensor, right_vecs: Tensor) -> tuple:
-        res = tuple(super()._bilinear_derivative(left_vecs, right_vecs))
+        """Gradients for the grid Gram only, unless the interpolation values need one (inputs with gradients):
+        linear_operator's version always forms the values' gradients through ``(n, k, t)`` intermediates."""
+        if self.left_interp_values.requires_grad or self.right_interp_values.requires_grad:
+            res = tuple(super()._bilinear_derivative(left_vecs, right_vecs))
+        else:
+            if left_vecs.dim() == 1:
+                left_vecs, right_vecs = left_vecs.unsqueeze(-1), right_vecs.unsqueeze(-1)
+            left_t = self._sparse_left_interp_t(self.left_interp_indices, self.left_interp_values)
+            right_t = self._sparse_right_interp_t(self.right_interp_indices, self.right_interp_values)
+            left_res = sparse.bdsmm(left_t, left_vecs)
+            right_res = sparse.bdsmm(right_t, right_vecs)
+            res = tuple(self.base_linear_op._bilinear_derivative(left_res, right_res)) + (None,) * 4
         return res + (None, None) if self.diag_indices is not None else res
 
     def _get_indices(self, row_index, col_index, *batch_indices) -> Tensor:
         if batch_indices or self.batch_shape or not (torch.is_tensor(row_index) and torch.is_tensor(col_index)):
             return super()._get_indices(row_index, col_index, *batch_indices)
         rows, row_inverse = torch.unique(row_index, return_inverse=True)
-        if rows.numel() <= ROW_READ_LIMIT:
-            unit = torch.zeros(self.size(-2), rows.numel(), dtype=self.dtype, device=self.device)
-            unit[rows, torch.arange(rows.numel(), device=self.device)] = 1
-            return self._t_matmul(unit)[col_index, row_inverse]  # column j of K^T e holds row rows[j]
+        if rows.numel() <= ROW_READ_LIMIT:  # column j of K^T e_{rows[j]} holds row rows[j]
+            block = self._columns(rows, self.left_interp_indices, self.left_interp_values, transpose=True)
+            return block[col_index, row_inverse]
         cols, col_inverse = torch.unique(col_index, return_inverse=True)
         if cols.numel() <= ROW_READ_LIMIT:
-            unit = torch.zeros(self.size(-1), cols.numel(), dtype=self.dtype, device=self.device)
-            unit[cols, torch.arange(cols.numel(), device=self.device)] = 1
-            return self._matmul(unit)[row_index, col_inverse]
+            block = self._columns(cols, self.right_interp_indices, self.right_interp_values, transpose=False)
+            return block[row_index, col_inverse]
         return super()._get_indices(row_index, col_index, *batch_indices)
+
+    def _columns(self, which: Tensor, indices: Tensor, values: Tensor, transpose: bool) -> Tensor:
+        r""":math:`\mathbf K\mathbf e_j` (or :math:`\mathbf K^\top\mathbf e_j`) for the indices ``which``: the
+        interpolation rows of ``which`` scattered onto the grid, one grid-Gram product, and the other side's
+        interpolation with a memory-light backward (no :math:`n \times G` gradient when linear_operator's
+        pivoted-Cholesky backward asks for the interpolation values' gradients)."""
+        k = indices.size(-1)
+        grid = torch.zeros(self.base_linear_op.size(-1), which.numel(), dtype=self.dtype, device=self.device)
+        column = torch.arange(which.numel(), device=self.device).repeat_interleave(k)
+        grid = grid.index_put((indices[which].reshape(-1), column), values[which].reshape(-1), accumulate=True)
+        if transpose:
+            on_grid = self.base_linear_op._t_matmul(grid)
+            return _interp_times(self.right_interp_indices, self.right_interp_values, on_grid)
+        on_grid = self.base_linear_op._matmul(grid)
+        return _interp_times(self.left_interp_indices, self.left_interp_values, on_grid)
 
     def _diagonal(self) -> Tensor:
         if self.diag_indices is None:
