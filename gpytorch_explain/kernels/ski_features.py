@@ -593,6 +593,14 @@ class _GridInterpolatedLinearOperator(InterpolatedLinearOperator):
         res = self._left_csr() @ on_grid
         return res.squeeze(-1) if squeeze else res
 
+    def matmul(self, other):
+        """linear_operator's generic product (``_matmul`` forward, ``_bilinear_derivative`` backward) instead of
+        ``InterpolatedLinearOperator.matmul``, which expands the right-hand side by the interpolation width (``64 n``
+        rows for a 3-D grid): densifying an ``m x n`` cross-covariance that way took 10 GiB at ``n = 10^4``."""
+        if torch.is_tensor(other) and not self.batch_shape and other.dim() <= 2:
+            return LinearOperator.matmul(self, other)
+        return super().matmul(other)
+
     def _bilinear_derivative(self, left_vecs: Tensor, right_vecs: Tensor) -> tuple:
         """Gradients for the grid Gram only, unless the interpolation values need one (inputs with gradients):
         linear_operator's version always forms the values' gradients through ``(n, k, t)`` intermediates."""
