@@ -17,11 +17,13 @@ from gpytorch.kernels import (
 )
 from gpytorch.utils.grid import create_grid
 from gpytorch.utils.interpolation import Interpolation
+from linear_operator.operators import MatmulLinearOperator
 from linear_operator.utils.warnings import NumericalWarning
 
 from gpytorch_explain import GPXModel
 from gpytorch_explain import settings as explain_settings
 from gpytorch_explain.kernels import grid_features, supports_grid_features
+from gpytorch_explain.kernels.ski_features import _GridInterpolatedLinearOperator
 from gpytorch_explain.operators import GPXInducingLinearOperator
 
 DT = torch.float64
@@ -412,12 +414,16 @@ def test_roots_too_wide_for_features_use_the_interpolated_grid_operator(name):
     with explain_settings.max_grid_feature_width(2), warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         warnings.simplefilter("ignore", NumericalWarning)  # CG's own tolerance messages
-        op = model.covar_module(model.train_inputs[0])
-        diag = model.covar_module(model.train_inputs[0], diag=True)
-        assert not isinstance(op, GPXInducingLinearOperator)
         ref = _dense_c(model, x, z) - model.likelihood.noise * torch.eye(60, dtype=DT)
-        torch.testing.assert_close(op.to_dense(), ref, rtol=1e-9, atol=1e-10)
-        torch.testing.assert_close(diag, ref.diagonal(), rtol=1e-9, atol=1e-10)
+        # up to the dense limit: C is densified, K = ΦΦᵀ from the untruncated root; above it: the grid operator
+        for limit, base_type in ((10_000, MatmulLinearOperator), (0, _GridInterpolatedLinearOperator)):
+            with gpytorch.settings.max_cholesky_size(limit), explain_settings.max_cholesky_size(limit):
+                op = model.covar_module(model.train_inputs[0])
+                diag = model.covar_module(model.train_inputs[0], diag=True)
+            assert not isinstance(op, GPXInducingLinearOperator)
+            assert isinstance(op._linear_op.base_linear_op, base_type)
+            torch.testing.assert_close(op.to_dense(), ref, rtol=1e-9, atol=1e-10)
+            torch.testing.assert_close(diag, ref.diagonal(), rtol=1e-9, atol=1e-10)
         mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
         with (
             gpytorch.settings.max_cholesky_size(0),

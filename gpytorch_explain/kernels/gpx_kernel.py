@@ -28,6 +28,11 @@ from .ski_features import gpytorch_grid_order_matters, grid_features, grid_opera
 __all__ = ["GPXKernel"]
 
 
+#: Entries of the feature matrix allowed for a grid root too wide for Woodbury when the covariance is densified
+#: (``n`` up to the dense limit): ``K = ΦΦᵀ`` in ``n² r`` flops.
+DENSE_FEATURE_ELEMENTS = 2**26
+
+
 def _has_product_structure(kernel: Kernel) -> bool:
     return any(isinstance(m, ProductStructureKernel) for m in kernel.modules())
 
@@ -366,9 +371,28 @@ class GPXKernel(Kernel):
             return None
         max_width = explain_settings.max_grid_feature_width.value() // z1.size(-1)
         feats = grid_features(self.base_kernel, x1, None if same else x2, max_width=max_width)
+        wide = False
         if feats is None:
-            return None
+            # Too wide for Woodbury. Up to the dense limit, C is densified anyway: K = ΦΦᵀ from the untruncated-to-
+            # tolerance root costs n²r, far less than densifying the interpolated grid operator.
+            rows = max(x1.size(-2), x2.size(-2))
+            if rows > max(gsettings.max_cholesky_size.value(), explain_settings.max_cholesky_size.value()):
+                return None
+            feats = grid_features(self.base_kernel, x1, None if same else x2, max_width=DENSE_FEATURE_ELEMENTS // rows)
+            if feats is None:
+                return None
+            wide = True
         phi1, phi2 = feats
+        if wide:
+            if diag:
+                if same:
+                    return (phi1.pow(2).sum(-1) + self.weight_noise) * z1.pow(2).sum(-1)
+                return (phi1 * phi2).sum(-1) * (z1 * z2).sum(-1)
+            base = MatmulLinearOperator(phi1, (phi1 if same else phi2).mT)
+            res = LowRankHadamardLinearOperator(base, z1, z1 if same else z2)
+            if same:
+                res = _SampleDiagAddedLinearOperator(res, DiagLinearOperator(self.weight_noise * z1.pow(2).sum(-1)))
+            return res
         if same:
             sample_diag = self.weight_noise * z1.pow(2).sum(-1)
             if diag:
