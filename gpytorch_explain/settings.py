@@ -122,9 +122,14 @@ class use_grid_features(_setting):
     :class:`grid_root_tolerance`, so :math:`\mathbf K = \boldsymbol\Phi\boldsymbol\Phi^\top` with
     :math:`\boldsymbol\Phi = \mathbf W\mathbf S` (``n x r``), and GPX solves, log-determinants and weight
     posteriors are exact by Woodbury, as with an inducing-point base (see
-    :func:`gpytorch_explain.kernels.grid_features`). When the root is wider than
-    :class:`max_grid_feature_width` (short lengthscales, 3-D grids), or with this setting off, GPX uses the
-    lazy Hadamard operator over GPyTorch's interpolated operator and the CG/Lanczos path instead.
+    :func:`gpytorch_explain.kernels.grid_features`). ``ProductStructureKernel`` over a one-dimensional grid is
+    the KISS-GP on the product grid and is treated the same way. When the root is wider than
+    :class:`max_grid_feature_width` (short lengthscales, 3-D grids), GPX densifies :math:`\mathbf K =
+    \boldsymbol\Phi\boldsymbol\Phi^\top` from the untruncated root up to the dense limit, and above it uses the
+    lazy Hadamard operator over its own interpolated grid operator
+    (:func:`gpytorch_explain.kernels.grid_operator`) with CG/Lanczos. With this setting off, GPX uses the lazy
+    operator over GPyTorch's own interpolated operator (misordered for multi-dimensional grids whose dimensions
+    differ, gpytorch 1.15.2; GPX warns).
     """
 
     _global_value = True
