@@ -10,7 +10,7 @@ inducing-point (SGPR) base needs no preconditioner: it is solved exactly (Woodbu
 
 Usage::
 
-    python benchmarks/preconditioner.py              # n = 5000 dense RBF and n = 20000 KISS-GP (additive)
+    python benchmarks/preconditioner.py              # n = 5000 dense RBF, n = 20000 KISS-GP (additive, 3-D grid)
     python benchmarks/preconditioner.py --n-dense 3000 --n-kiss 10000 --iters 50
 """
 
@@ -69,20 +69,33 @@ def main() -> None:
     parser.add_argument("--n-dense", type=int, default=5000)
     parser.add_argument("--n-kiss", type=int, default=20000)
     parser.add_argument("--iters", type=int, default=100)
+    parser.add_argument("--n-grid3", type=int, default=20000)
     parser.add_argument("--ranks", type=int, nargs="+", default=[0, 5, 15, 50, 100])
+    parser.add_argument("--cases", nargs="+", choices=["dense", "kiss", "grid3"], default=["dense", "kiss", "grid3"])
     args = parser.parse_args()
     torch.manual_seed(0)
 
-    dense = ScaleKernel(RBFKernel()).double()
-    dense.base_kernel.lengthscale = 1.0
-    covar, rhs = _problem(args.n_dense, 3, dense)
-    _run("dense RBF base (3 dims)", covar, rhs, args.ranks, args.iters)
+    if "dense" in args.cases:
+        dense = ScaleKernel(RBFKernel()).double()
+        dense.base_kernel.lengthscale = 1.0
+        covar, rhs = _problem(args.n_dense, 3, dense)
+        _run("dense RBF base (3 dims)", covar, rhs, args.ranks, args.iters)
 
-    inner = GridInterpolationKernel(RBFKernel(), grid_size=200, num_dims=1)
-    inner.base_kernel.lengthscale = 0.5
-    kiss = ScaleKernel(AdditiveStructureKernel(inner, num_dims=4)).double()
-    covar, rhs = _problem(args.n_kiss, 4, kiss)
-    _run("KISS-GP additive base (4 dims, 200-point grids)", covar, rhs, args.ranks, args.iters)
+    if "kiss" in args.cases:
+        inner = GridInterpolationKernel(RBFKernel(), grid_size=200, num_dims=1)
+        inner.base_kernel.lengthscale = 0.5
+        kiss = ScaleKernel(AdditiveStructureKernel(inner, num_dims=4)).double()
+        covar, rhs = _problem(args.n_kiss, 4, kiss)
+        _run("KISS-GP additive base (4 dims, 200-point grids)", covar, rhs, args.ranks, args.iters)
+
+    if "grid3" in args.cases:
+        # a 3-D grid whose root is too wide for grid features: GPX's own interpolated grid operator, whose
+        # preconditioner reads a row with one product by a unit vector
+        grid3 = ScaleKernel(GridInterpolationKernel(RBFKernel(ard_num_dims=3), grid_size=20, num_dims=3)).double()
+        grid3.base_kernel.base_kernel.lengthscale = 1.0
+        covar, rhs = _problem(args.n_grid3, 3, grid3)
+        name = "KISS-GP 3-D grid 20^3 (GPX grid operator; root too wide for features)"
+        _run(name, covar, rhs, args.ranks, args.iters)
 
 
 if __name__ == "__main__":
