@@ -128,3 +128,53 @@ def test_solve_checked_passes_accurate_solves_and_names_nan():
         solve_checked(Broken(a), rhs)
     with ge.settings.max_cg_residual(-1.0), pytest.raises(ge.ConvergenceError, match="relative residual"):
         solve_checked(DenseLinearOperator(a), rhs)
+
+
+def test_solve_checked_runs_cg_in_rounds_and_stops_at_a_stall():
+    """A derived solve with a large CG budget runs in rounds of CG_ROUND_ITERATIONS on the residual. It reaches the
+    dense solution to the residual limit, and stops once rounds stop halving the residual instead of spending the
+    whole budget (finite-precision CG stalls above a 1e-14 target); without a stall it stops at the target."""
+    from linear_operator.operators import DenseLinearOperator
+
+    from gpytorch_explain.utils import linalg
+
+    gen = torch.Generator().manual_seed(4)
+    q, _ = torch.linalg.qr(torch.randn(400, 400, generator=gen, dtype=DTYPE))
+    a = (q * torch.logspace(0, 6, 400, dtype=DTYPE)) @ q.T  # condition number 1e6
+    rhs = torch.randn(400, 2, generator=gen, dtype=DTYPE)
+    exact = torch.linalg.solve(a, rhs)
+
+    class Counting(DenseLinearOperator):
+        products = 0
+
+        def _matmul(self, rhs):
+            Counting.products += 1
+            return super()._matmul(rhs)
+
+    op = Counting(a)
+    with (
+        torch.no_grad(),
+        gpytorch.settings.max_cholesky_size(0),
+        gpytorch.settings.max_preconditioner_size(0),
+        gpytorch.settings.cg_tolerance(1e-14),
+        gpytorch.settings.max_cg_iterations(100_000),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")
+        x = linalg.solve_checked(op, rhs)
+    rel = ((a @ x - rhs).norm(dim=0) / rhs.norm(dim=0)).max()
+    assert rel < 1e-4
+    torch.testing.assert_close(x, exact, rtol=0, atol=1e-3 * exact.abs().max().item())
+    assert Counting.products < 20 * linalg.CG_ROUND_ITERATIONS  # far below the 100,000-iteration budget
+
+    Counting.products = 0
+    easy = Counting(torch.eye(400, dtype=DTYPE) * 3 + a / a.norm())  # well conditioned: CG reaches 1e-8 at once
+    with (
+        torch.no_grad(),
+        gpytorch.settings.max_cholesky_size(0),
+        gpytorch.settings.cg_tolerance(1e-8),
+        gpytorch.settings.max_cg_iterations(100_000),
+    ):
+        y = linalg.solve_checked(easy, rhs)
+    assert ((easy.to_dense() @ y - rhs).norm(dim=0) / rhs.norm(dim=0)).max() < 1e-7
+    assert Counting.products <= 100  # a few short rounds, each ended by CG at its tolerance
