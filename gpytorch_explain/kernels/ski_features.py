@@ -523,9 +523,11 @@ ROW_READ_LIMIT = 64
 
 
 class _GridInterpolatedLinearOperator(InterpolatedLinearOperator):
-    r"""``InterpolatedLinearOperator`` over a Kronecker grid Gram with two fast paths for what the pivoted-Cholesky
-    preconditioner reads:
+    r"""``InterpolatedLinearOperator`` over a Kronecker grid Gram, with fast paths for CG at :math:`10^5` rows:
 
+    * products through CSR interpolation matrices built once per operator, and a backward that touches only the
+      grid Gram unless the interpolation values need gradients (linear_operator expands products and gradients
+      by the interpolation width, :math:`4^D`);
     * entries in a few rows (or columns) come from one product with unit vectors,
       :math:`\mathbf K^\top\mathbf e_i`, instead of :math:`k^2` grid entries per matrix entry (:math:`4^{2D}`
       for a :math:`D`-dimensional grid);
@@ -534,7 +536,8 @@ class _GridInterpolatedLinearOperator(InterpolatedLinearOperator):
       :math:`\mathbf w_i^\top(\otimes_j\mathbf K^{(j)})\mathbf w_i = \prod_j \mathbf w^{(j)\top}_i
       \mathbf K^{(j)}\mathbf w^{(j)}_i`: :math:`O(nD\,4^2)` instead of :math:`O(n\,4^{2D})`.
 
-    They are keyword tensors, so linear_operator's reconstructions keep them; slices drop them.
+    The per-dimension interpolation tensors are keyword tensors, so linear_operator's reconstructions keep them;
+    slices drop them.
     """
 
     def __init__(
@@ -583,7 +586,7 @@ class _GridInterpolatedLinearOperator(InterpolatedLinearOperator):
         return _interp_matrix_t(self.right_interp_indices, self.right_interp_values, self.base_linear_op.size(-1))
 
     def _matmul(self, rhs: Tensor) -> Tensor:
-        """:math:`\\mathbf W_1(\\mathbf K_{UU}(\\mathbf W_2^\top\\mathbf v))` with the interpolation as CSR matrices
+        r""":math:`\mathbf W_1(\mathbf K_{UU}(\mathbf W_2^\top\mathbf v))` with the interpolation as CSR matrices
         built once per operator (linear_operator rebuilds COO matrices on every product)."""
         if self.batch_shape or rhs.dim() > 2 or rhs.requires_grad or self.left_interp_values.requires_grad:
             return super()._matmul(rhs)
