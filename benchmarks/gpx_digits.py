@@ -18,9 +18,20 @@ the timed region. pytorch-gpx computes its inverses in ``fit``, so that work is 
 prediction. The forced-LOVE rows are timed with their cache already built (LOVE's premise), and
 their cache construction at this size is slow (CG on an ill-conditioned C).
 
+``--root-study`` adds a study of low-rank roots of C⁻¹ (the kind of cache ``fast_pred_var`` can use)
+on this problem: for each rank, the weight-std error of a Lanczos root (GPyTorch's LOVE), of the
+same root with the rest of the spectrum filled in at its mean eigenvalue (from the exact trace of C),
+of the best rank-r approximation of C⁻¹ (the eigenpairs of C with the smallest eigenvalues), and of
+the eigenpairs with the largest eigenvalues (where the smooth test vectors k(x*, X) ⊙ z_l mostly
+lie) with the rest filled in at its mean eigenvalue, next to the time of the per-point stage of a
+rank-r root. It shows at which rank a root would
+reach 1% and what that rank costs against the exact path.
+
+``--device cuda`` runs gpytorch-explain on a GPU (pytorch-gpx is CPU-only and stays on the CPU).
+
 Usage (inside the project's environment with the ``bench`` extra)::
 
-    python benchmarks/gpx_digits.py [--repeats 1] [--skip-reference] [--threads N]
+    python benchmarks/gpx_digits.py [--repeats 1] [--skip-reference] [--threads N] [--root-study] [--device cpu]
 """
 
 from __future__ import annotations
@@ -69,7 +80,79 @@ def ours_weights(model: GPXModel, x: torch.Tensor, cold: bool = True):
         model.prediction_strategy = None  # caches are part of the timed work
     with torch.no_grad():
         w = model.predict_weights(x)
-        return w.mean, w.lazy_covariance_matrix.point_blocks()
+        out = w.mean, w.lazy_covariance_matrix.point_blocks()
+        _sync(x.device)
+        return out
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def root_study(model: GPXModel, xt: torch.Tensor, xs: torch.Tensor, exact_std: torch.Tensor, ranks, repeats: int):
+    """Weight-std error and per-point cost of rank-r roots of C⁻¹ (see the module docstring)."""
+    from linear_operator.utils.lanczos import lanczos_tridiag
+
+    from gpytorch_explain import WeightPosteriorLinearOperator
+
+    with torch.no_grad():
+        n = xt.size(0)
+        model.prediction_strategy = None
+        model.predict_weights(xs[:1])
+        c = model.prediction_strategy.lik_train_train_covar.to_dense()  # C, n x n
+        cross = model.covar_module.base_covariance(xs, xt).to_dense()  # (m, n)
+        prior = model.covar_module.base_covariance(xs).to_dense().diagonal() + model.weight_noise
+        w = cross.unsqueeze(-1) * xt.unsqueeze(0)  # (m, n, d): k(x*, x_i) z_il with z = x
+        ww = w.pow(2).sum(1)  # (m, d)
+        evals, evecs = torch.linalg.eigh(c)  # ascending: the largest eigenvalues of C⁻¹ first
+        trace = evals.sum()
+        gen = torch.Generator(device=xt.device).manual_seed(0)
+
+        def err(reduction):
+            std = (prior.unsqueeze(-1) - reduction).clamp_min(0).sqrt()
+            rel = (std - exact_std).abs() / exact_std
+            return f"{rel.mean().item():.2%} / {rel.max().item():.2%}"
+
+        def filled(root_part, basis, captured_trace):
+            # C⁻¹ ≈ R Rᵀ + (I − QQᵀ)/μ on the complement, μ = its mean eigenvalue (exact trace of C)
+            mu = (trace - captured_trace) / (n - basis.size(-1))
+            return root_part + (ww - torch.einsum("pil,ir->plr", w, basis).pow(2).sum(-1)) / mu
+
+        print("\nroot study: weight-std error (mean / max) of rank-r roots of C⁻¹, and the per-point stage's time")
+        print(
+            "| rank r | Lanczos (LOVE) | Lanczos + mean fill | smallest eigenpairs | largest eigenpairs + mean fill "
+            "| per-point stage |"
+        )
+        print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in ranks:
+            r = min(r, n - 1)
+            init = torch.randn(n, 1, generator=gen, dtype=c.dtype, device=c.device)
+            q, t = lanczos_tridiag(
+                lambda v: c @ v, max_iter=r, dtype=c.dtype, device=c.device, matrix_shape=c.shape, init_vecs=init
+            )
+            t_evals, t_evecs = torch.linalg.eigh(t)
+            root = q @ (t_evecs / t_evals.clamp_min(1e-300).sqrt())
+            lanczos = torch.einsum("pil,ir->plr", w, root).pow(2).sum(-1)
+            lanczos_fill = filled(lanczos, q, t.diagonal().sum())
+            low = evecs[:, :r]  # the r smallest eigenvalues of C: the best rank-r approximation of C⁻¹
+            smallest = torch.einsum("pil,ir->plr", w, low / evals[:r].sqrt()).pow(2).sum(-1)
+            top = evecs[:, n - r :]  # the r largest: exact there, the rest filled in at its mean eigenvalue
+            proj = torch.einsum("pil,ir->plr", w, top).pow(2)
+            largest_fill = filled((proj / evals[n - r :]).sum(-1), top, evals[n - r :].sum())
+
+            def stage(root=root):
+                op = WeightPosteriorLinearOperator(prior.diag_embed(), cross, xt, root, factor_type="root")
+                out = op.point_blocks()
+                _sync(xt.device)
+                return out
+
+            t_stage = min(timed(stage)[0] for _ in range(repeats))
+            print(
+                f"| {r} | {err(lanczos)} | {err(lanczos_fill)} | {err(smallest)} | {err(largest_fill)} "
+                f"| {t_stage:.3f} s |"
+            )
+        model.prediction_strategy = None
 
 
 def main():
@@ -79,6 +162,9 @@ def main():
     parser.add_argument("--ranks", type=int, nargs="*", default=[100, 300], help="LOVE root ranks to report")
     parser.add_argument("--skip-reference", action="store_true", help="do not run pytorch-gpx")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--device", default="cpu", help="device for gpytorch-explain (pytorch-gpx is CPU-only)")
+    parser.add_argument("--root-study", action="store_true", help="errors and costs of low-rank roots of C⁻¹")
+    parser.add_argument("--study-ranks", type=int, nargs="*", default=[50, 100, 200, 400, 800])
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -87,11 +173,15 @@ def main():
     torch.manual_seed(args.seed)
 
     x_tr, x_te, y_tr, y_te = load(args.seed)
-    xt, xs, yt = (torch.as_tensor(a, dtype=torch.float64) for a in (x_tr, x_te, y_tr))
+    device = torch.device(args.device)
+    xt, xs, yt = (torch.as_tensor(a, dtype=torch.float64, device=device) for a in (x_tr, x_te, y_tr))
     ell = median_heuristic_lengthscale(xt).item()
     print(f"Digits: {len(x_tr)} train / {len(x_te)} test, {x_tr.shape[1]} features")
     print(f"median-heuristic lengthscale {ell:.3f}")
-    print(f"torch {torch.__version__}, gpytorch {gpytorch.__version__}, {torch.get_num_threads()} threads\n")
+    print(
+        f"torch {torch.__version__}, gpytorch {gpytorch.__version__}, {torch.get_num_threads()} threads, "
+        f"gpytorch-explain on {device}\n"
+    )
 
     # warm up torch/BLAS once so that neither implementation pays first-call costs in its timing
     GPXModel(xt[:100], yt[:100]).fit(max_iter=3)
@@ -99,7 +189,7 @@ def main():
     # ------------------------------------------------------------------ ours
     t_fit, model = timed(lambda: GPXModel(xt, yt).fit())
     with torch.no_grad():
-        mse = float(np.mean((model.likelihood(model(xs)).mean.numpy() - y_te) ** 2))
+        mse = float(np.mean((model.likelihood(model(xs)).mean.cpu().numpy() - y_te) ** 2))
     t_w, (w_mean, w_blocks) = timed(lambda: ours_weights(model, xs), args.repeats)
     w_std = w_blocks.diagonal(dim1=-2, dim2=-1).clamp_min(0).sqrt()
     print(f"gpytorch-explain: fit {t_fit:.2f} s ({len(model.fit_history)} evaluations), test MSE {mse:.4f}")
@@ -129,6 +219,9 @@ def main():
             f"  predict_weights LOVE rank {rank} (warm cache): {t_f:.3f} s, "
             f"weight-std error mean {e_mean:.2%} max {e_max:.2%}"
         )
+
+    if args.root_study:
+        root_study(model, xt, xs, w_std, args.study_ranks, args.repeats)
 
     if args.skip_reference:
         return
@@ -164,7 +257,7 @@ def main():
         )
     # the two implementations fit different hyperparameters (their σ's are unconstrained), so
     # the weights differ; report how close they are for context
-    corr = np.corrcoef(ref_mean.numpy().ravel(), w_mean.numpy().ravel())[0, 1]
+    corr = np.corrcoef(ref_mean.numpy().ravel(), w_mean.cpu().numpy().ravel())[0, 1]
     print(f"\ncorrelation of the two implementations' weight means: {corr:.3f}")
     print(
         f"checks: MSE ours {'OK' if mse <= 0.09 else 'FAIL'}, ref {'OK' if mse_ref <= 0.09 else 'FAIL'}; "

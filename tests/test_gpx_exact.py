@@ -489,6 +489,32 @@ def test_weight_posterior_root_factor_exact(case):
         assert_close(root_op.point_blocks(), ref_blocks, what="root-form point_blocks")
         assert_close(root_op.diagonal(), ref["w_cov"].diagonal(), what="root-form diagonal")
         assert_close(root_op @ rhs, ref["w_cov"] @ rhs, what="root-form product")
+        assert root_op._root_times_z() is not None  # [R ⊙ z_l] formed once and shared by the chunks
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["root-times-z", "rows-times-root"])
+def test_weight_posterior_root_factor_chunked(monkeypatch, held):
+    """The LOVE form's per-point blocks in many small chunks, with [R ⊙ z_l] held once for all chunks or
+    (above its size limit) rows of B times R chunk by chunk, equal the brute force."""
+    from gpytorch_explain.operators import block_posterior_linear_operator, weight_posterior_linear_operator
+
+    prob = make_problem(CASES[0])
+    ref = prob.brute()
+    m, d = ref["w_mean"].shape
+    ref_blocks = torch.stack([ref["w_cov"][p * d : (p + 1) * d, p * d : (p + 1) * d] for p in range(m)])
+    monkeypatch.setattr(block_posterior_linear_operator, "_CHUNK_ELEMENTS", 1)  # one point per chunk
+    if not held:
+        monkeypatch.setattr(weight_posterior_linear_operator, "_ROOT_Z_ELEMENTS", 0)
+    with torch.no_grad():
+        lazy = prob.model.predict_weights(prob.Xs).lazy_covariance_matrix
+        L = lazy.factor
+        root = torch.linalg.solve_triangular(L, torch.eye(L.shape[-1], dtype=DTYPE), upper=False).mT
+        root_op = WeightPosteriorLinearOperator(
+            lazy.prior_covar, lazy.cross_covar, lazy.train_z, root, factor_type="root"
+        )
+        assert len(list(root_op._chunks())) == m
+        assert (root_op._root_times_z() is not None) == held
+        assert_close(root_op.point_blocks(), ref_blocks, what="chunked root-form point_blocks")
 
 
 def test_weight_posterior_differentiable(problem):

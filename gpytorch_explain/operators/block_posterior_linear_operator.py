@@ -131,10 +131,12 @@ class BlockPosteriorLinearOperator(LinearOperator):
     def _needs_grad(self) -> bool:
         return torch.is_grad_enabled() and any(t.requires_grad for t in self.representation())
 
+    def _elements_per_point(self) -> int:
+        """Scalars held per point while a chunk of reduction blocks is formed."""
+        return max(self.factor.size(-1), self.num_train) * max(self.num_features, 1)
+
     def _chunks(self):
-        n = self.num_train
-        r = self.factor.size(-1)
-        per_point = max(r, n) * max(self.num_features, 1)
+        per_point = self._elements_per_point()
         step = max(1, _CHUNK_ELEMENTS // max(per_point, 1))
         for start in range(0, self.num_points, step):
             yield slice(start, min(start + step, self.num_points))

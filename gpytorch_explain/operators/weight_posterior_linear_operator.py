@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import torch
 from linear_operator.operators import LinearOperator, to_linear_operator
+from linear_operator.utils.memoize import cached
 from torch import Tensor
 
 from .block_posterior_linear_operator import BlockPosteriorLinearOperator
 
 __all__ = ["WeightPosteriorLinearOperator"]
+
+#: largest :math:`[\mathbf R \odot \mathbf z_l]_l` (in scalars) kept for a LOVE root's per-point blocks
+_ROOT_Z_ELEMENTS = 2**25
 
 
 class WeightPosteriorLinearOperator(BlockPosteriorLinearOperator):
@@ -93,11 +97,27 @@ class WeightPosteriorLinearOperator(BlockPosteriorLinearOperator):
     def _b_rows_into(self, points: slice, out: Tensor) -> Tensor:
         return torch.mul(self.cross_covar[..., points, :].unsqueeze(-2), self.train_z.mT.unsqueeze(-3), out=out)
 
-    def _root_times_b(self, points: slice) -> Tensor:
-        # Rᵀ (k_p ⊙ z_l) = k_pᵀ (R ⊙ z_l): one product with an n x (r·d) matrix
+    @cached(name="root_times_z")
+    def _root_times_z(self) -> Tensor | None:
+        r""":math:`[\mathbf R \odot \mathbf z_l]_l` (``(*batch, n, r·d)``), formed once for all chunks of points;
+        ``None`` when it would exceed :data:`_ROOT_Z_ELEMENTS` scalars."""
         n, d = self.train_z.shape[-2:]
         r = self.factor.size(-1)
-        rz = (self.factor.unsqueeze(-1) * self.train_z.unsqueeze(-2)).reshape(*self.factor.shape[:-2], n, r * d)
+        if self.factor.shape[:-2].numel() * n * r * d > _ROOT_Z_ELEMENTS:
+            return None
+        return (self.factor.unsqueeze(-1) * self.train_z.unsqueeze(-2)).reshape(*self.factor.shape[:-2], n, r * d)
+
+    def _elements_per_point(self) -> int:
+        if self.factor_type == "root" and self._root_times_z() is not None:
+            return self.factor.size(-1) * self.num_features  # chunks only hold their (r·d)-wide results
+        return super()._elements_per_point()
+
+    def _root_times_b(self, points: slice) -> Tensor:
+        # Rᵀ (k_p ⊙ z_l) = k_pᵀ (R ⊙ z_l): one product with the n x (r·d) matrix, shared by all chunks
+        rz = self._root_times_z()
+        if rz is None:  # too large to hold: rows of B times R, chunk by chunk
+            return super()._root_times_b(points)
+        r, d = self.factor.size(-1), self.num_features
         w = self.cross_covar[..., points, :] @ rz  # (P, r*d)
         return w.reshape(*w.shape[:-1], r, d).transpose(-2, -1)  # (P, d, r)
 
