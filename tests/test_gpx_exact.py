@@ -17,6 +17,7 @@ The package's weight covariance is interleaved: index ``point * d + feature``.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import gpytorch
@@ -644,6 +645,39 @@ def test_dense_gaussian_nll_matches_torch(batch):
     # torch's gradient w.r.t. a symmetric matrix argument may be asymmetric; compare symmetrised
     assert_close(g_ours[0], 0.5 * (g_ref[0] + g_ref[0].mT), what="d nll / d C")
     assert_close(g_ours[1], g_ref[1], what="d nll / d diff")
+
+
+def test_dense_gaussian_nll_jitter_and_errors():
+    """A covariance that is not numerically positive definite gets GPyTorch's Cholesky jitter (with a
+    NumericalWarning; value and gradient are the jittered matrix's); an indefinite one raises a clear error."""
+    from linear_operator.utils.warnings import NumericalWarning
+
+    from gpytorch_explain.utils import dense_gaussian_nll
+
+    gen = torch.Generator().manual_seed(8)
+    n = 6
+    v = torch.randn(n, 2, generator=gen, dtype=DTYPE)
+    singular = v @ v.mT  # rank 2: Cholesky fails without jitter
+    diff = torch.randn(n, generator=gen, dtype=DTYPE)
+    with pytest.raises(torch.linalg.LinAlgError):
+        torch.linalg.cholesky(singular)
+    jitter = 1e-6
+    covar = singular.clone().requires_grad_(True)
+    with gpytorch.settings.cholesky_jitter(double_value=jitter), pytest.warns(NumericalWarning, match="jitter"):
+        ours = dense_gaussian_nll(covar, diff)
+    (g_ours,) = torch.autograd.grad(ours, covar)
+    jittered = (singular + jitter * torch.eye(n, dtype=DTYPE)).requires_grad_(True)
+    mvn = torch.distributions.MultivariateNormal(torch.zeros(n, dtype=DTYPE), covariance_matrix=jittered)
+    ref = -mvn.log_prob(diff)
+    (g_ref,) = torch.autograd.grad(ref, jittered)
+    assert_close(ours, ref, what="jittered nll")
+    assert_close(g_ours, 0.5 * (g_ref + g_ref.mT), what="jittered d nll / d C")
+
+    indefinite = torch.diag(torch.tensor([1.0, 1.0, -1.0, 1.0, 1.0, 1.0], dtype=DTYPE))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumericalWarning)
+        with pytest.raises(torch.linalg.LinAlgError, match="not positive definite.*cholesky_jitter"):
+            dense_gaussian_nll(indefinite, diff)
 
 
 def test_fit_objective_equals_exact_mll():

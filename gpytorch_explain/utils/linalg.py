@@ -7,6 +7,8 @@ import math
 import warnings
 
 import torch
+from linear_operator.utils.cholesky import psd_safe_cholesky
+from linear_operator.utils.errors import NanError, NotPSDError
 from linear_operator.utils.warnings import NumericalWarning
 from torch import Tensor
 
@@ -108,11 +110,13 @@ def _check_finite(res: Tensor, what: str, error: type) -> None:
 class _DenseGaussianNLL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, covar: Tensor, diff: Tensor) -> Tensor:
-        chol, info = torch.linalg.cholesky_ex(covar)
-        if torch.any(info > 0):
+        try:  # GPyTorch's jittered Cholesky (gpytorch.settings.cholesky_jitter / cholesky_max_tries), as in its MLL
+            chol = psd_safe_cholesky(covar)
+        except (NotPSDError, NanError) as exc:
             raise torch.linalg.LinAlgError(
-                "The covariance is not positive definite (Cholesky failed); check the data scaling and noise."
-            )
+                f"The training covariance is not positive definite ({exc}); check the data scaling and the noise, or "
+                "raise gpytorch.settings.cholesky_jitter."
+            ) from None
         alpha = torch.cholesky_solve(diff.unsqueeze(-1), chol).squeeze(-1)
         ctx.save_for_backward(chol, alpha, diff)
         n = diff.size(-1)
@@ -149,7 +153,11 @@ def dense_gaussian_nll(covar: Tensor, diff: Tensor) -> Tensor:
         \quad \boldsymbol\alpha = \mathbf C^{-1}\mathbf d .
 
     One Cholesky factorisation forward and one ``cholesky_inverse`` backward: about half the work
-    of differentiating through ``torch.linalg.cholesky`` and a triangular solve.
+    of differentiating through ``torch.linalg.cholesky`` and a triangular solve. As in GPyTorch's
+    marginal likelihood, a covariance that is not numerically positive definite gets jitter on its
+    diagonal (``gpytorch.settings.cholesky_jitter``, up to ``cholesky_max_tries`` tenfold increases,
+    each with a ``NumericalWarning``); the value and gradient are then those of the jittered matrix.
+    If that fails too, a ``torch.linalg.LinAlgError`` says so.
 
     :param covar: :math:`\mathbf C`, ``(..., n, n)``, symmetric positive definite.
     :param diff: :math:`\mathbf d = \mathbf y - \boldsymbol\mu`, ``(..., n)``.
