@@ -9,7 +9,7 @@ import warnings
 import gpytorch
 import pytest
 import torch
-from gpytorch.kernels import MultiDeviceKernel, RBFKernel, ScaleKernel
+from gpytorch.kernels import Kernel, MultiDeviceKernel, RBFKernel, ScaleKernel
 from linear_operator.operators import CatLinearOperator
 from linear_operator.utils.warnings import NumericalWarning
 
@@ -21,12 +21,20 @@ DT = torch.float64
 
 class _RowBlockKernel(MultiDeviceKernel):
     """``MultiDeviceKernel`` with its row split and gather, but the blocks computed in turn (CPU ``DataParallel``
-    cannot scatter)."""
+    cannot scatter).
+
+    ``DataParallel.__init__`` is bypassed: with CUDA available it rejects CPU device ids ("Expected a non cpu
+    device"), and without CUDA it leaves ``dim`` unset. Only the attributes ``gather`` and ``base_kernel`` read are
+    set, so the emulation runs the same way on every machine.
+    """
 
     def __init__(self, base_kernel, blocks: int):
-        super().__init__(base_kernel, device_ids=[torch.device("cpu")] * blocks, create_cuda_context=False)
+        Kernel.__init__(self)
+        self.module = base_kernel
+        self.device_ids = [torch.device("cpu")] * blocks
+        self.output_device = torch.device("cpu")
+        self.dim = -2
         self.blocks = blocks
-        self.dim = -2  # set by DataParallel only when CUDA is available
 
     def forward(self, x1, x2, diag=False, **kwargs):
         if diag:
