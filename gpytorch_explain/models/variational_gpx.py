@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 import gpytorch
 import numpy as np
 import torch
+from gpytorch.constraints import GreaterThan
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from gpytorch.kernels import Kernel, RBFKernel, ScaleKernel
 from gpytorch.likelihoods import (
@@ -35,6 +36,7 @@ from gpytorch.likelihoods import (
     GaussianLikelihood,
     Likelihood,
     MultitaskGaussianLikelihood,
+    SoftmaxLikelihood,
 )
 from gpytorch.likelihoods.gaussian_likelihood import _GaussianLikelihoodBase
 from gpytorch.models import ApproximateGP
@@ -60,10 +62,57 @@ from ..explanation import GPXExplanation
 from ..kernels import GPXKernel
 from ..utils import check_feature_names, check_matrix, check_same_rows, check_vector, median_heuristic_lengthscale
 
-__all__ = ["GPXVariationalELBO", "GPXVariationalStrategy", "VariationalGPXModel", "gpx_expected_log_prob"]
+__all__ = [
+    "WEIGHT_NOISE_FLOOR",
+    "GPXVariationalELBO",
+    "GPXVariationalStrategy",
+    "VariationalGPXModel",
+    "bernoulli_label_signs",
+    "gpx_expected_log_prob",
+]
 
 #: attribute of the latent ``MultivariateNormal`` holding :math:`s_i = \sigma_w^2\|\mathbf z_i\|^2`
 WEIGHT_NOISE_ATTR = "gpx_weight_noise_variance"
+#: lower bound of :math:`\sigma_w^2` (``GreaterThan`` constraint): softplus of a very negative raw value is exactly 0
+#: in float32 (and in float64 below about -745), which would make the weight noise vanish and the setter reject it
+WEIGHT_NOISE_FLOOR = 1e-8
+
+
+# ============================================================================ labels
+def bernoulli_label_signs(target: Tensor) -> Tensor:
+    r"""Binary labels as signs :math:`\pm 1`, after checking that they are one consistent scheme.
+
+    Accepted: all labels in :math:`\{0, 1\}` (GPyTorch's convention, :math:`0 \mapsto -1`) or all in
+    :math:`\{-1, +1\}`. Anything else, e.g. :math:`\{1, 2\}` or a 0 mixed into :math:`\pm 1` labels (which would
+    otherwise contribute :math:`\log\Phi(0) = \log 0.5` per point), raises ``ValueError``.
+
+    Example:
+        >>> import torch
+        >>> bernoulli_label_signs(torch.tensor([0.0, 1.0, 1.0]))
+        tensor([-1.,  1.,  1.])
+        >>> bernoulli_label_signs(torch.tensor([-1.0, 1.0]))
+        tensor([-1.,  1.])
+    """
+    if not torch.is_tensor(target):
+        raise TypeError(f"Bernoulli labels must be a torch.Tensor, got {type(target).__name__}.")
+    values = torch.unique(target.detach())
+    if not torch.isfinite(values).all():
+        raise ValueError("Bernoulli labels contain NaN or infinite values.")
+    if bool(torch.isin(values, values.new_tensor([0.0, 1.0])).all()):
+        return target.mul(2).sub(1)
+    if bool(torch.isin(values, values.new_tensor([-1.0, 1.0])).all()):
+        return target
+    shown = values[:8].tolist()
+    hint = " (0 and -1 are mixed: use one scheme)" if bool((values == 0).any() and (values == -1).any()) else ""
+    raise ValueError(
+        f"BernoulliLikelihood labels must be all in {{0, 1}} or all in {{-1, +1}}; got the values {shown}"
+        f"{' ...' if values.numel() > 8 else ''}{hint}."
+    )
+
+
+def _is_probit_bernoulli(likelihood: Likelihood) -> bool:
+    """GPyTorch's probit ``BernoulliLikelihood`` (a subclass with its own ``forward`` may use another link)."""
+    return isinstance(likelihood, BernoulliLikelihood) and type(likelihood).forward is BernoulliLikelihood.forward
 
 
 # ============================================================================ expected log-likelihood
@@ -91,7 +140,9 @@ def gpx_expected_log_prob(
       + ((y_i-\mu_i)^2 + v_i)/(\sigma_y^2+s_i)\bigr]`;
     * Bernoulli (probit): :math:`\mathbb E_e\,\Phi(\pm(h+e)) = \Phi(\pm h/\sqrt{1+s})`, so it is
       :math:`\mathbb E_{q(h_i)}\log\Phi(\pm h_i/\sqrt{1+s_i})`, by Gauss-Hermite quadrature in the inputs' dtype
-      (GPyTorch's own nodes and ``log_normal_cdf`` are only float32-accurate);
+      (GPyTorch's own nodes and ``log_normal_cdf`` are only float32-accurate). Labels are checked by
+      :func:`bernoulli_label_signs` (all :math:`\{0,1\}` or all :math:`\{-1,+1\}`; anything else raises), also for
+      ``BernoulliLikelihood`` subclasses with another link (nested quadrature on :math:`\{0,1\}` labels);
     * any other one-dimensional likelihood: nested Gauss-Hermite quadrature (``num_locs`` nodes in each of the two
       integrals, default ``gpytorch.settings.num_gauss_hermite_locs``) of ``likelihood.forward(f).log_prob(y)``.
 
@@ -111,8 +162,11 @@ def gpx_expected_log_prob(
         total = noise + weight_noise_variance
         return -0.5 * (torch.log(2 * math.pi * total) + ((target - mean).square() + variance) / total)
     if isinstance(likelihood, BernoulliLikelihood):
+        sign = bernoulli_label_signs(target)
+        if not _is_probit_bernoulli(likelihood):  # another link: nested quadrature of its own log_prob on {0, 1}
+            labels = sign.add(1).div(2)
+            return _nested_gauss_hermite(likelihood, labels, mean, variance, weight_noise_variance, num_locs, **kwargs)
         scale = (1 + weight_noise_variance).rsqrt()
-        sign = target.mul(2).sub(1) if not torch.any(target.eq(-1)) else target
         nodes, log_w = _gauss_hermite(num_locs, mean.dtype, mean.device)
         tail = [1] * mean.dim()
         f = (mean + (2 * variance.clamp_min(0)).sqrt() * nodes.view(-1, *tail)) * scale
@@ -331,6 +385,18 @@ class GPXVariationalStrategy(_VariationalStrategy):
 
 
 # ============================================================================ model
+def _label_scheme(target: Tensor, scheme: str | None, number: int) -> str | None:
+    """The Bernoulli label scheme seen so far (``"01"``, ``"pm1"`` or ``None`` while only 1s were seen)."""
+    here = "pm1" if bool(target.eq(-1).any()) else ("01" if bool(target.eq(0).any()) else None)
+    if scheme is not None and here is not None and here != scheme:
+        names = {"01": "{0, 1}", "pm1": "{-1, +1}"}
+        raise ValueError(
+            f"Bernoulli labels mix two schemes across batches: earlier batches use {names[scheme]}, batch {number} "
+            f"uses {names[here]}; use one scheme for all labels."
+        )
+    return scheme if here is None else here
+
+
 _DISTRIBUTIONS = ("cholesky", "natural", "meanfield", "independent")
 
 
@@ -421,6 +487,11 @@ class VariationalGPXModel(ApproximateGP):
                 f"got {tuple(inducing_points.shape)}."
             )
         dtype, device = inducing_points.dtype, inducing_points.device
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(
+                f"inducing_points has dtype {dtype}; VariationalGPXModel supports float32 and float64 only (half "
+                "precision cannot hold the Cholesky factors and solves): convert with .float() or .double()."
+            )
         num_inducing = inducing_points.size(-2)
 
         if likelihood is None:
@@ -428,8 +499,14 @@ class VariationalGPXModel(ApproximateGP):
             likelihood.noise = 0.01
         elif not isinstance(likelihood, Likelihood):
             raise TypeError(f"likelihood must be a gpytorch Likelihood, got {type(likelihood).__name__}.")
-        elif isinstance(likelihood, MultitaskGaussianLikelihood):
-            raise TypeError("VariationalGPXModel has one output; multitask likelihoods are not supported.")
+        elif isinstance(likelihood, (MultitaskGaussianLikelihood, SoftmaxLikelihood)):
+            raise TypeError(
+                f"VariationalGPXModel has one latent output f = wᵀz, so {type(likelihood).__name__} (a multitask / "
+                "multi-class likelihood, which needs several latent functions) is not supported. Supported: any "
+                "likelihood of one latent value per point, e.g. GaussianLikelihood, BernoulliLikelihood (binary "
+                "classification, labels {0, 1} or {-1, +1}), StudentTLikelihood, LaplaceLikelihood, "
+                "BetaLikelihood. For C > 2 classes, fit one binary (one-vs-rest) model per class."
+            )
 
         if base_kernel is None:
             base_kernel = ScaleKernel(RBFKernel())
@@ -468,9 +545,11 @@ class VariationalGPXModel(ApproximateGP):
         )
         super().__init__(strategy)
         self.likelihood = likelihood
-        self.covar_module = GPXKernel(base_kernel, x_dims=x_dims, z_dims=z_dims)
+        self.covar_module = GPXKernel(
+            base_kernel, x_dims=x_dims, z_dims=z_dims, weight_noise_constraint=GreaterThan(WEIGHT_NOISE_FLOOR)
+        )
         self.to(dtype=dtype, device=device)
-        self.covar_module.weight_noise = weight_noise
+        self.weight_noise = weight_noise
 
         self.feature_names = check_feature_names(feature_names, d)
 
@@ -497,7 +576,15 @@ class VariationalGPXModel(ApproximateGP):
 
     @weight_noise.setter
     def weight_noise(self, value: Tensor | float) -> None:
-        self.covar_module.weight_noise = value
+        r"""Set :math:`\sigma_w^2`; values below :data:`WEIGHT_NOISE_FLOOR` (including an exact 0, e.g. a value that
+        underflowed in another model) are raised to the floor. Negative or non-finite values raise."""
+        raw = self.covar_module.raw_weight_noise
+        value = value.detach() if torch.is_tensor(value) else torch.as_tensor(value, dtype=raw.dtype)
+        value = value.to(dtype=raw.dtype, device=raw.device)
+        if not torch.isfinite(value).all() or (value < 0).any():
+            raise ValueError(f"weight_noise must be a finite non-negative variance, got {value}.")
+        floor = WEIGHT_NOISE_FLOOR * (1 + 64 * torch.finfo(raw.dtype).eps)  # keeps the inverse softplus finite
+        self.covar_module.weight_noise = value.clamp_min(floor)
 
     @property
     def base_kernel(self) -> Kernel:
@@ -660,6 +747,8 @@ class VariationalGPXModel(ApproximateGP):
             inputs = self._make_inputs(train_x, train_z)
             train_y = check_vector("train_y", train_y)
             check_same_rows(train_x=inputs, train_y=train_y)
+            if inputs.size(0) == 0:
+                raise ValueError("train_x has no rows: nothing to fit.")
             if train_y.dtype != inputs.dtype:
                 raise TypeError(f"train_y has dtype {train_y.dtype} but the model is {inputs.dtype}.")
             if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -731,18 +820,36 @@ class VariationalGPXModel(ApproximateGP):
 
         from tqdm.auto import tqdm
 
+        bernoulli = isinstance(self.likelihood, BernoulliLikelihood)
+        scheme: str | None = None  # the label scheme of a Bernoulli likelihood, fixed by the first batch with a -1 or 0
         self.train()
         self.likelihood.train()
         history: list[float] = []
         try:
-            for _ in tqdm(range(num_epochs), desc="variational GPX fit", disable=not progress):
+            # the bar counts epochs, its total num_epochs (one update per epoch)
+            epochs = tqdm(
+                range(num_epochs), total=num_epochs, desc="variational GPX fit (epochs)", disable=not progress
+            )
+            for _ in epochs:
                 total, count = 0.0, 0
-                for batch in loader:
+                for number, batch in enumerate(loader):
                     if not isinstance(batch, (tuple, list)) or len(batch) not in (2, 3):
                         raise ValueError("Each batch must be (inputs, y) or (x, z, y).")
+                    if torch.is_tensor(batch[-1]) and batch[-1].dim() >= 1 and batch[-1].size(0) == 0:
+                        raise ValueError(
+                            f"Batch {number} of the DataLoader has zero rows; every minibatch needs at least one row "
+                            "(check the sampler / drop_last settings)."
+                        )
                     inputs = self._make_inputs(batch[0], batch[1] if len(batch) == 3 else None)
                     target = check_vector("y", batch[-1])
                     check_same_rows(inputs=inputs, y=target)
+                    if target.dtype != inputs.dtype:
+                        raise TypeError(f"y has dtype {target.dtype} but the model is {inputs.dtype}.")
+                    if bernoulli:
+                        signs = bernoulli_label_signs(target)
+                        scheme = _label_scheme(target, scheme, number)
+                        # GPyTorch's BernoulliLikelihood (plain ELBO) takes {0, 1}; ours takes either
+                        target = signs.add(1).div(2)
                     for opt in optimizers:
                         opt.zero_grad()
                     loss = -mll(self(inputs), target)
@@ -751,7 +858,11 @@ class VariationalGPXModel(ApproximateGP):
                         opt.step()
                     total += loss.item() * target.size(0)
                     count += target.size(0)
-                history.append(total / max(count, 1))
+                if count == 0:
+                    raise ValueError(
+                        "The training data yielded no batches (an empty DataLoader or dataset): nothing to fit."
+                    )
+                history.append(total / count)
         finally:
             self.eval()
             self.likelihood.eval()
