@@ -710,7 +710,8 @@ class VariationalGPXModel(ApproximateGP):
         ``BernoulliLikelihood`` the class-1 probability :math:`p_* = \Phi(\mu_*/\sqrt{1+\sigma_*^2})` and the
         Bernoulli std :math:`\sqrt{p_*(1-p_*)}`; for likelihoods whose predictive GPyTorch samples, the moments of
         the sample mixture. ``latent_std`` is the std of :math:`f_*` (with the weight noise); the weights and the
-        contributions :math:`\mathbf w_*\odot\mathbf z_*` are on the latent scale.
+        contributions :math:`\mathbf w_*\odot\mathbf z_*` are on the latent scale (for classification the probit
+        scale: ``summary()`` and ``plot()`` label the latent sum and :math:`P(y=1)` separately).
         """
         if self.z_dims is None:
             if z is not None:
@@ -726,6 +727,12 @@ class VariationalGPXModel(ApproximateGP):
             var = var.mean(0) + mean.var(0, unbiased=False)
             mean = mean.mean(0)
         weights_mean, blocks = self.weight_blocks(x)
+        if isinstance(self.likelihood, BernoulliLikelihood):
+            outcome, scale = "probability", "probit" if _is_probit_bernoulli(self.likelihood) else "link"
+        elif isinstance(self.likelihood, _GaussianLikelihoodBase):
+            outcome, scale = "regression", "latent"
+        else:
+            outcome, scale = "other", "latent"
         return GPXExplanation(
             x=x.detach(),
             z=z.detach(),
@@ -735,6 +742,8 @@ class VariationalGPXModel(ApproximateGP):
             weights_mean=weights_mean.detach(),
             weights_covariance=blocks.detach(),
             feature_names=self.feature_names,
+            outcome=outcome,
+            latent_scale=scale,
         )
 
     # ----------------------------------------------------------------- training
