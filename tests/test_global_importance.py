@@ -140,3 +140,15 @@ def test_bad_arguments(setup):
         global_importance(model, X, feature_names=["a"])
     with pytest.raises(ValueError, match="baseline applies"):
         global_importance(model, X, kind="gradient", baseline=torch.zeros(D, dtype=DTYPE))
+
+
+def test_batched_attributions(setup):
+    """A batch of attribution GPs (here the same points twice): one importance per batch entry."""
+    model, X = setup
+    single = global_importance(model, X, kind="gradient", num_samples=300)
+    res = global_importance(model, X.expand(2, M, D), kind="gradient", num_samples=300)
+    assert res.samples.shape == (300, 2, D) and res.lower.shape == (2, D)
+    torch.testing.assert_close(res.expected, single.expected.expand(2, D), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(res.plug_in, single.plug_in.expand(2, D), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="unbatched"):
+        res.summary()

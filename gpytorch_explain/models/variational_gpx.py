@@ -442,8 +442,14 @@ class VariationalGPXModel(ApproximateGP):
         batch ``(d,)`` x ``M``.
     :param learn_inducing_locations: Whether :math:`\mathbf U` is trained.
     :param jitter_val: Jitter of :math:`k(\mathbf U,\mathbf U)` (default: GPyTorch's variational jitter).
-    :param weight_noise: Initial :math:`\sigma_w^2`.
-    :param feature_names: Optional names of the :math:`d` features.
+    :param weight_noise: Initial :math:`\sigma_w^2`. It is constrained to :math:`\sigma_w^2 \ge`
+        :data:`WEIGHT_NOISE_FLOOR` (``GreaterThan``), so it never underflows to exactly 0 (float32 included), and
+        the setter accepts any fitted value (``model.weight_noise = other.weight_noise.detach()``, raised to the floor).
+    :param feature_names: Optional names of the :math:`d` features (default ``x0, x1, ...`` when z = x).
+
+    Labels of a ``BernoulliLikelihood`` must be all in :math:`\{0, 1\}` or all in :math:`\{-1, +1\}` (checked in
+    :meth:`fit` across batches and in :class:`GPXVariationalELBO`); ``SoftmaxLikelihood`` / multitask likelihoods and
+    half precision are refused at construction.
 
     Example:
         >>> import torch
