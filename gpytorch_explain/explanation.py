@@ -162,6 +162,8 @@ class GPXExplanation:
             index = slice(i, i + 1)
         else:
             index = torch.as_tensor(np.asarray(index) if not torch.is_tensor(index) else index)
+            if index.numel() == 0:
+                index = index.long()
             if index.dtype == torch.bool:
                 if index.shape != (len(self),):
                     raise IndexError(f"A boolean mask must have shape ({len(self)},), got {tuple(index.shape)}.")
