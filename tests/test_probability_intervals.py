@@ -187,3 +187,20 @@ def test_bad_arguments():
         probability_ig_distribution(model, BernoulliLikelihood(), _points(), path_order=0)
     with pytest.raises(NotImplementedError, match="SoftmaxLikelihood"):
         probability_gradient_distribution(model, SoftmaxLikelihood(num_classes=C, mixing_weights=False), _points())
+
+
+class LogitBernoulli(BernoulliLikelihood):
+    def forward(self, function_samples, *args, **kwargs):
+        return torch.distributions.Bernoulli(probs=torch.sigmoid(function_samples))
+
+
+def test_logit_link_mean_matches_gauss_hermite_expectation():
+    model = SVGP(seed=3).eval()
+    x = _points(m=3, seed=8)
+    res = probability_gradient_distribution(model, LogitBernoulli(), x, num_samples=S,
+                                            generator=torch.Generator().manual_seed(9))  # fmt: skip
+    exp = expected_probability_gradient(model, LogitBernoulli(), x)
+    assert exp.method == "gauss-hermite"
+    assert ((res.mean - exp.mean).abs() <= 4.5 * res.standard_error).all()
+    probs = res.probability_samples
+    assert ((probs.mean(0) - exp.probability).abs() <= 4.5 * probs.std(0) / S**0.5).all()
