@@ -22,10 +22,10 @@ import pytest
 import torch
 from gpytorch.variational import (
     CholeskyVariationalDistribution,
+    CiqVariationalStrategy,
     DeltaVariationalDistribution,
     IndependentMultitaskVariationalStrategy,
     LargeBatchVariationalStrategy,
-    LMCVariationalStrategy,
     MeanFieldVariationalDistribution,
     NaturalVariationalDistribution,
     UnwhitenedVariationalStrategy,
@@ -431,14 +431,15 @@ class MyStrategy(VariationalStrategy):
     """A made-up subclass: its predictive could differ, so it is rejected."""
 
 
-class LMCModel(gpytorch.models.ApproximateGP):
+class CiqModel(gpytorch.models.ApproximateGP):
+    """A strategy without attribution GPs (LMC models are supported: tests/test_attribution_lmc.py)."""
+
     def __init__(self):
-        Z = torch.rand(2, 5, D, dtype=DTYPE)
-        dist = CholeskyVariationalDistribution(5, batch_shape=torch.Size([2]))
-        strategy = LMCVariationalStrategy(VariationalStrategy(self, Z, dist), num_tasks=3, num_latents=2)
-        super().__init__(strategy)
+        Z = torch.rand(5, D, dtype=DTYPE)
+        dist = CholeskyVariationalDistribution(5)
+        super().__init__(CiqVariationalStrategy(self, Z, dist))
         self.mean_module = gpytorch.means.ZeroMean()
-        self.covar_module = gpytorch.kernels.RBFKernel(batch_shape=torch.Size([2]))
+        self.covar_module = gpytorch.kernels.RBFKernel()
 
     def forward(self, x):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
@@ -459,8 +460,8 @@ def test_unsupported_strategies_raise():
     xs = _points(1)
     with pytest.raises(NotImplementedError, match=f"MyStrategy.*{SUPPORTED_MSG}"):
         variational_functional_posterior(_custom_strategy_model(), Gradient(), xs)
-    with pytest.raises(NotImplementedError, match=f"LMCVariationalStrategy.*{SUPPORTED_MSG}"):
-        variational_functional_posterior(LMCModel().to(DTYPE).eval(), Gradient(), xs)
+    with pytest.raises(NotImplementedError, match=f"CiqVariationalStrategy.*{SUPPORTED_MSG}"):
+        variational_functional_posterior(CiqModel().to(DTYPE).eval(), Gradient(), xs)
 
 
 def test_train_mode_and_model_structure_errors():
@@ -555,7 +556,7 @@ def test_public_classes_reproduce_exact_gp(strategy):
 @needs_wiring
 def test_public_classes_errors():
     with pytest.raises(NotImplementedError, match=SUPPORTED_MSG):
-        PosteriorGradient(LMCModel().to(DTYPE).eval())
+        PosteriorGradient(CiqModel().to(DTYPE).eval())
     with pytest.raises(NotImplementedError, match=SUPPORTED_MSG):
         IntegratedGradients(_custom_strategy_model(), baseline=torch.zeros(D, dtype=DTYPE))
     model = _svgp()

@@ -88,17 +88,19 @@ def main():
     )
 
     i = args.sample
-    print(f"\nExplanation of test sample {i} (true y = {y_te[i].item():+.4f}); contribution = weight x feature:")
+    print(f"\nExplanation of test sample {i} (true y = {y_te[i].item():+.4f}); contribution = weight x feature.")
+    print("Every ± is ±1 posterior std: 'latent' for f and the contributions, 'predictive' for y (adds the noise).")
     print(explanation.summary(i))
-    gap = (explanation.contributions_mean[i].sum() - gpx(x_te[i : i + 1]).mean[0]).abs().item()
-    print(f"(contributions sum to the latent prediction up to {gap:.1e})")
+    latent = gpx(x_te[i : i + 1])
+    gap = (explanation.contributions_mean[i].sum() - latent.mean[0]).abs().item()
+    print(f"(contributions sum to the latent mean f up to {gap:.1e}; their covariance sums to Var f)")
 
     import matplotlib
 
     matplotlib.use("Agg")
     ax = explanation.plot(i, top_k=None)
     ax.figure.savefig(args.out, dpi=120)
-    print(f"\nbar chart with ±1 std error bars written to {args.out}")
+    print(f"\nbar chart written to {args.out}: error bars ±1 posterior std (latent); title: {ax.get_title()!r}")
     return explanation
 
 

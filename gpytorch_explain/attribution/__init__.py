@@ -8,9 +8,16 @@ from .classification import (
 )
 from .derived import DerivedCovariance, functional_mean
 from .functionals import Gradient, IntegratedGradient
+from .global_importance import GlobalImportance, global_importance
 from .kernels import DerivedKernel, GradientKernel, IntegratedGradientKernel
+from .lmc import LMCConditioning, lmc_joint_functional_posterior
 from .plotting import plot_attribution_bars, plot_attribution_path
 from .posterior import AttributionDistribution, CompletenessGaps, IntegratedGradients, PosteriorGradient
+from .probability_intervals import (
+    ProbabilityAttributionDistribution,
+    probability_gradient_distribution,
+    probability_ig_distribution,
+)
 from .sgpr import sgpr_functional_posterior
 from .variational import variational_functional_posterior
 
@@ -30,6 +37,13 @@ __all__ = [
     "IntegratedGradients",
     "PosteriorGradient",
     "functional_mean",
+    "GlobalImportance",
+    "global_importance",
+    "LMCConditioning",
+    "lmc_joint_functional_posterior",
+    "ProbabilityAttributionDistribution",
+    "probability_gradient_distribution",
+    "probability_ig_distribution",
     "plot_attribution_bars",
     "plot_attribution_path",
     "sgpr_functional_posterior",

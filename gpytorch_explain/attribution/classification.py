@@ -97,7 +97,7 @@ import numpy as np
 import torch
 from gpytorch.likelihoods import BernoulliLikelihood, Likelihood, SoftmaxLikelihood
 from gpytorch.models import ApproximateGP
-from gpytorch.variational import IndependentMultitaskVariationalStrategy
+from gpytorch.variational import IndependentMultitaskVariationalStrategy, LMCVariationalStrategy
 from linear_operator import to_dense
 from torch import Tensor
 
@@ -249,6 +249,11 @@ def latent_gradient_moments(model: ApproximateGP, x: Tensor, full: bool = False,
         (torch.Size([4]), torch.Size([4, 3]), torch.Size([4, 4, 4]))
     """
     _check_model(model)
+    if isinstance(getattr(model, "variational_strategy", None), LMCVariationalStrategy):
+        raise NotImplementedError(
+            "latent_gradient_moments takes a single latent GP or independent ones; for LMCVariationalStrategy models "
+            "use PosteriorGradient (per task) or gpytorch_explain.attribution.lmc.lmc_joint_functional_posterior."
+        )
     with torch.no_grad():
         cond = variational_conditioning(model)
         x = _check_points(x, cond.inducing_points)
@@ -347,6 +352,12 @@ def _resolve_link(likelihood: BernoulliLikelihood, link: str | None) -> str:
 def _kind(model, likelihood: Likelihood) -> str:
     _check_model(model)
     strategy = getattr(model, "variational_strategy", None)
+    if isinstance(strategy, LMCVariationalStrategy):
+        raise NotImplementedError(
+            "Class-probability attributions of LMCVariationalStrategy models are not supported (their class latents "
+            f"are correlated); {_SUPPORTED}. Latent attributions of LMC models: PosteriorGradient / "
+            "IntegratedGradients (per task) and gpytorch_explain.attribution.lmc.lmc_joint_functional_posterior."
+        )
     multitask = isinstance(strategy, IndependentMultitaskVariationalStrategy)
     if isinstance(likelihood, SoftmaxLikelihood):
         if getattr(likelihood, "mixing_weights", None) is not None:

@@ -61,6 +61,7 @@ from gpytorch.settings import _linalg_dtype_cholesky
 from gpytorch.variational import (
     IndependentMultitaskVariationalStrategy,
     LargeBatchVariationalStrategy,
+    LMCVariationalStrategy,
     UnwhitenedVariationalStrategy,
     VariationalStrategy,
 )
@@ -89,13 +90,16 @@ _UNWHITENED: tuple[type, ...] = (UnwhitenedVariationalStrategy,)
 #: deprecated alias and a subclass)
 _MULTITASK: type = IndependentMultitaskVariationalStrategy
 
+#: linear model of coregionalisation over a batch of independent latent GPs (exact type)
+_LMC: type = LMCVariationalStrategy
+
 #: every strategy type accepted (exact types: subclasses may change the predictive and are rejected)
-SUPPORTED_STRATEGIES: tuple[type, ...] = (*_WHITENED, *_UNWHITENED, _MULTITASK)
+SUPPORTED_STRATEGIES: tuple[type, ...] = (*_WHITENED, *_UNWHITENED, _MULTITASK, _LMC)
 
 
 def _supported_names() -> str:
     inner = ", ".join(t.__name__ for t in (*_WHITENED, *_UNWHITENED))
-    return f"{inner}, and {_MULTITASK.__name__} wrapping one of them"
+    return f"{inner}, and {_MULTITASK.__name__} or {_LMC.__name__} wrapping one of them"
 
 
 # --------------------------------------------------------------------------- model inspection
@@ -105,7 +109,7 @@ def _base_strategy(model: ApproximateGP):
     if strategy is None:
         raise NotImplementedError("The ApproximateGP has no `variational_strategy` attribute.")
     wrapper = None
-    if isinstance(strategy, _MULTITASK):
+    if isinstance(strategy, _MULTITASK) or type(strategy) is _LMC:
         wrapper, strategy = strategy, strategy.base_variational_strategy
     if type(strategy) not in (*_WHITENED, *_UNWHITENED):
         name = type(strategy).__name__ if wrapper is None else f"{type(wrapper).__name__}({type(strategy).__name__})"
@@ -115,9 +119,33 @@ def _base_strategy(model: ApproximateGP):
         )
     if getattr(strategy, "model", None) is not model:
         raise NotImplementedError("The variational strategy must belong to the model itself (no nested strategies).")
-    if wrapper is not None:
+    if isinstance(wrapper, _MULTITASK):
         _check_task_dim(model, wrapper, strategy)
+    elif wrapper is not None:
+        _check_latent_dim(model, wrapper, strategy)
     return strategy
+
+
+def _lmc_wrapper(model: ApproximateGP):
+    """The model's ``LMCVariationalStrategy``, or ``None``."""
+    strategy = getattr(model, "variational_strategy", None)
+    return strategy if type(strategy) is _LMC else None
+
+
+def _check_latent_dim(model: ApproximateGP, wrapper, base) -> None:
+    batch = torch.broadcast_shapes(
+        base.inducing_points.shape[:-2],
+        base._variational_distribution.batch_shape,
+        getattr(getattr(model, "covar_module", None), "batch_shape", torch.Size()),
+    )
+    dim = wrapper.latent_dim
+    coef = wrapper.lmc_coefficients
+    if not -len(batch) <= dim < 0 or batch[dim] != wrapper.num_latents or coef.size(dim - 1) != wrapper.num_latents:
+        raise NotImplementedError(
+            f"{type(wrapper).__name__} needs a batch of {wrapper.num_latents} latent GPs at batch dimension "
+            f"latent_dim = {dim}; the base strategy's batch shape is {tuple(batch)} and lmc_coefficients has shape "
+            f"{tuple(coef.shape)} (repeated single latents are not supported)."
+        )
 
 
 def _check_task_dim(model: ApproximateGP, wrapper, base) -> None:
@@ -308,8 +336,12 @@ def _inducing_cholesky(strategy, induc_induc_covar) -> Tensor:
     return L
 
 
-def variational_conditioning(model: ApproximateGP) -> VariationalConditioning:
+def variational_conditioning(model: ApproximateGP):
     r"""The whitened quantities :math:`(\mathbf Z, \mathbf L, \mathbf a, \mathbf M)` of a supported variational model.
+
+    Returns a :class:`VariationalConditioning`; for an ``LMCVariationalStrategy`` an
+    :class:`~gpytorch_explain.attribution.lmc.LMCConditioning` (the base strategy's conditioning over the latents and
+    the mixing coefficients) with the same ``functional_posterior`` / ``latent`` interface, per task.
 
     Uses :math:`q(\mathbf u)` from ``strategy.variational_distribution`` (any Gaussian variational distribution:
     Cholesky, mean-field, natural, ...; a ``Delta`` distribution has :math:`\mathbf S = \mathbf 0`), the strategy's
@@ -362,7 +394,7 @@ def variational_conditioning(model: ApproximateGP) -> VariationalConditioning:
     a = torch.linalg.solve_triangular(L_b.mT, m.expand(*batch, m.size(-1)).unsqueeze(-1), upper=True).squeeze(-1)
     eye = torch.eye(L.size(-1), dtype=work, device=L.device)
     middle = eye if S is None else eye - 0.5 * (S + S.mT)
-    return VariationalConditioning(
+    cond = VariationalConditioning(
         kernel=kernel,
         mean_module=mean,
         inducing_points=Z,
@@ -370,6 +402,12 @@ def variational_conditioning(model: ApproximateGP) -> VariationalConditioning:
         weights=a.to(dtype),
         middle=middle.to(dtype),
     )
+    lmc = _lmc_wrapper(model)
+    if lmc is not None:  # f_t = Σ_q a_qt g_q over the base strategy's latents
+        from .lmc import LMCConditioning
+
+        return LMCConditioning(base=cond, coefficients=lmc.lmc_coefficients.detach(), latent_dim=lmc.latent_dim)
+    return cond
 
 
 # --------------------------------------------------------------------------- the posterior
@@ -408,7 +446,10 @@ def variational_functional_posterior(
         predictive (inducing points, q(u), kernel and ``x`` broadcast); for an
         ``IndependentMultitaskVariationalStrategy`` the independent tasks are the base strategy's batch dimension
         ``task_dim`` (mean ``(num_tasks, m, D)`` for the usual single batch dimension), with no cross-task
-        covariance (the tasks are independent).
+        covariance (the tasks are independent). For an ``LMCVariationalStrategy`` (outputs
+        :math:`f_t = \sum_q a_{qt} g_q`) the batch is the tasks too, mean ``(num_tasks, m, D)``, each task's exact
+        marginal posterior (see :mod:`~gpytorch_explain.attribution.lmc`; the cross-task covariances are in
+        :func:`~gpytorch_explain.attribution.lmc.lmc_joint_functional_posterior`).
     """
     conditioning = variational_conditioning(model)
     x = _check_points(x, conditioning.inducing_points)

@@ -26,8 +26,8 @@ import warnings
 from collections.abc import Iterable, Sequence
 
 import gpytorch
-import numpy as np
 import torch
+from gpytorch.constraints import GreaterThan
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from gpytorch.kernels import Kernel, RBFKernel, ScaleKernel
 from gpytorch.likelihoods import (
@@ -35,299 +35,50 @@ from gpytorch.likelihoods import (
     GaussianLikelihood,
     Likelihood,
     MultitaskGaussianLikelihood,
+    SoftmaxLikelihood,
 )
 from gpytorch.likelihoods.gaussian_likelihood import _GaussianLikelihoodBase
 from gpytorch.models import ApproximateGP
-from gpytorch.utils.memoize import cached
 from gpytorch.variational import (
     CholeskyVariationalDistribution,
     MeanFieldVariationalDistribution,
     NaturalVariationalDistribution,
 )
 from gpytorch.variational._variational_distribution import _VariationalDistribution
-from gpytorch.variational._variational_strategy import _VariationalStrategy
 from gpytorch.variational.natural_variational_distribution import _NaturalVariationalDistribution
 from linear_operator.operators import (
-    DiagLinearOperator,
     IdentityLinearOperator,
     KroneckerProductLinearOperator,
     MatmulLinearOperator,
 )
-from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from ..explanation import GPXExplanation
 from ..kernels import GPXKernel
 from ..utils import check_feature_names, check_matrix, check_same_rows, check_vector, median_heuristic_lengthscale
+from .variational_gpx_elbo import (
+    WEIGHT_NOISE_ATTR,
+    GPXVariationalELBO,
+    _is_probit_bernoulli,
+    _label_scheme,
+    _nested_gauss_hermite,  # noqa: F401 (re-exported: tests and users import it from here)
+    bernoulli_label_signs,
+    gpx_expected_log_prob,
+)
+from .variational_gpx_strategy import GPXVariationalStrategy
 
-__all__ = ["GPXVariationalELBO", "GPXVariationalStrategy", "VariationalGPXModel", "gpx_expected_log_prob"]
+__all__ = [
+    "WEIGHT_NOISE_FLOOR",
+    "GPXVariationalELBO",
+    "GPXVariationalStrategy",
+    "VariationalGPXModel",
+    "bernoulli_label_signs",
+    "gpx_expected_log_prob",
+]
 
-#: attribute of the latent ``MultivariateNormal`` holding :math:`s_i = \sigma_w^2\|\mathbf z_i\|^2`
-WEIGHT_NOISE_ATTR = "gpx_weight_noise_variance"
-
-
-# ============================================================================ expected log-likelihood
-def gpx_expected_log_prob(
-    likelihood: Likelihood,
-    target: Tensor,
-    mean: Tensor,
-    variance: Tensor,
-    weight_noise_variance: Tensor,
-    num_locs: int | None = None,
-    **kwargs,
-) -> Tensor:
-    r"""Expected log-likelihood with the weight noise integrated inside the likelihood.
-
-    With :math:`h_i = \mathbf g(\mathbf x_i)^\top\mathbf z_i \sim q = \mathcal N(\mu_i, v_i)` and the weight-noise
-    part of the latent :math:`e_i = \boldsymbol\epsilon_{w,i}^\top\mathbf z_i \sim \mathcal N(0, s_i)`,
-    :math:`s_i = \sigma_w^2\|\mathbf z_i\|^2`, this returns per point
-
-    .. math:: \mathbb E_{q(h_i)}\Bigl[\log \mathbb E_{e_i}\, p(y_i \mid h_i + e_i)\Bigr]
-        \;\ge\; \mathbb E_{q(h_i)}\mathbb E_{e_i}\bigl[\log p(y_i \mid h_i + e_i)\bigr]
-
-    (Jensen; the right side is what GPyTorch's ``VariationalELBO`` computes from :math:`q(f_i)`). Closed forms:
-
-    * Gaussian (:math:`\sigma_y^2`): :math:`-\tfrac12\bigl[\log 2\pi(\sigma_y^2+s_i)
-      + ((y_i-\mu_i)^2 + v_i)/(\sigma_y^2+s_i)\bigr]`;
-    * Bernoulli (probit): :math:`\mathbb E_e\,\Phi(\pm(h+e)) = \Phi(\pm h/\sqrt{1+s})`, so it is
-      :math:`\mathbb E_{q(h_i)}\log\Phi(\pm h_i/\sqrt{1+s_i})`, by Gauss-Hermite quadrature in the inputs' dtype
-      (GPyTorch's own nodes and ``log_normal_cdf`` are only float32-accurate);
-    * any other one-dimensional likelihood: nested Gauss-Hermite quadrature (``num_locs`` nodes in each of the two
-      integrals, default ``gpytorch.settings.num_gauss_hermite_locs``) of ``likelihood.forward(f).log_prob(y)``.
-
-    :return: Tensor of the shape of ``mean`` (no sum over points).
-
-    Example:
-        >>> import torch
-        >>> from gpytorch.likelihoods import GaussianLikelihood
-        >>> lik = GaussianLikelihood().double()
-        >>> y, mu, v, s = (torch.tensor([0.3], dtype=torch.float64) for _ in range(4))
-        >>> closed = gpx_expected_log_prob(lik, y, mu, v, s)
-        >>> closed.shape
-        torch.Size([1])
-    """
-    if isinstance(likelihood, _GaussianLikelihoodBase) and not isinstance(likelihood, MultitaskGaussianLikelihood):
-        noise = likelihood._shaped_noise_covar(mean.shape, **kwargs).diagonal(dim1=-1, dim2=-2)
-        total = noise + weight_noise_variance
-        return -0.5 * (torch.log(2 * math.pi * total) + ((target - mean).square() + variance) / total)
-    if isinstance(likelihood, BernoulliLikelihood):
-        scale = (1 + weight_noise_variance).rsqrt()
-        sign = target.mul(2).sub(1) if not torch.any(target.eq(-1)) else target
-        nodes, log_w = _gauss_hermite(num_locs, mean.dtype, mean.device)
-        tail = [1] * mean.dim()
-        f = (mean + (2 * variance.clamp_min(0)).sqrt() * nodes.view(-1, *tail)) * scale
-        return (torch.special.log_ndtr(f * sign) * log_w.exp().view(-1, *tail)).sum(0)
-    return _nested_gauss_hermite(likelihood, target, mean, variance, weight_noise_variance, num_locs, **kwargs)
-
-
-def _gauss_hermite(num_locs: int | None, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
-    r"""Nodes :math:`\xi_k` and log-weights :math:`\log(w_k/\sqrt\pi)` of Gauss-Hermite quadrature, in ``dtype``."""
-    num = gpytorch.settings.num_gauss_hermite_locs.value() if num_locs is None else int(num_locs)
-    nodes, weights = np.polynomial.hermite.hermgauss(num)
-    nodes = torch.as_tensor(nodes, dtype=dtype, device=device)
-    return nodes, torch.as_tensor(np.log(weights / math.sqrt(math.pi)), dtype=dtype, device=device)
-
-
-def _nested_gauss_hermite(
-    likelihood: Likelihood, target: Tensor, mean: Tensor, variance: Tensor, s: Tensor, num_locs: int | None, **kwargs
-) -> Tensor:
-    r""":math:`\mathbb E_{h\sim\mathcal N(\mu,v)}[\log\mathbb E_{e\sim\mathcal N(0,s)}p(y\mid h+e)]`, Gauss-Hermite."""
-    nodes, log_w = _gauss_hermite(num_locs, mean.dtype, mean.device)
-    num = nodes.numel()
-    tail = [1] * mean.dim()
-    outer = mean + (2 * variance.clamp_min(0)).sqrt() * nodes.view(num, 1, *tail)  # (K, 1, ..., n)
-    inner = (2 * s.clamp_min(0)).sqrt() * nodes.view(1, num, *tail)  # (1, K, ..., n)
-    log_p = likelihood.forward(outer + inner, **kwargs).log_prob(target)  # (K, K, ..., n)
-    log_inner = torch.logsumexp(log_p + log_w.view(1, num, *tail), dim=1)  # (K, ..., n)
-    return (log_inner * log_w.exp().view(num, *tail)).sum(0)
-
-
-class GPXVariationalELBO(gpytorch.mlls.VariationalELBO):
-    r"""The ELBO of variational GPX with the weight noise integrated in the likelihood (a tighter bound).
-
-    .. math::
-
-        \mathcal L = \sum_i \mathbb E_{q(h_i)}\Bigl[\log\mathbb E_{e_i} p(y_i\mid h_i+e_i)\Bigr]
-        - \mathrm{KL}\bigl[q(\mathbf v)\,\|\,\mathcal N(\mathbf 0,\mathbf I)\bigr]
-        \;\le\; \log p(\mathbf y)
-
-    (divided by ``num_data`` like GPyTorch's ELBO; see :func:`gpx_expected_log_prob`). For a Gaussian likelihood,
-    inducing points at the training inputs and the optimal :math:`q`, it equals the exact GPX log marginal likelihood.
-
-    GPyTorch's plain ``VariationalELBO(likelihood, model, num_data)`` also works with
-    :class:`VariationalGPXModel`: it takes :math:`\mathbb E_{q(f_i)}[\log p(y_i\mid f_i)]` with the weight noise
-    inside :math:`q(f_i)`, a valid but looser bound whose gap grows with :math:`\sigma_w^2` (so it pulls
-    :math:`\sigma_w^2` towards 0, and for a Gaussian likelihood its optimal :math:`q` ignores :math:`\sigma_w^2`).
-    With outputs of other models (no weight-noise attribute) this class falls back to the plain ELBO.
-
-    Example:
-        >>> import torch
-        >>> from gpytorch_explain.models.variational_gpx import GPXVariationalELBO, VariationalGPXModel
-        >>> x = torch.randn(50, 2, dtype=torch.float64)
-        >>> model = VariationalGPXModel(x[:10])
-        >>> elbo = GPXVariationalELBO(model.likelihood, model, num_data=50)
-        >>> elbo(model(x), x[:, 0] * x[:, 1]).shape
-        torch.Size([])
-    """
-
-    def _log_likelihood_term(self, variational_dist_f: MultivariateNormal, target: Tensor, **kwargs) -> Tensor:
-        s = getattr(variational_dist_f, WEIGHT_NOISE_ATTR, None)
-        if s is None:
-            return super()._log_likelihood_term(variational_dist_f, target, **kwargs)
-        mean = variational_dist_f.mean
-        variance = (variational_dist_f.lazy_covariance_matrix.diagonal(dim1=-1, dim2=-2) - s).clamp_min(0)
-        return gpx_expected_log_prob(self.likelihood, target, mean, variance, s, **kwargs).sum(-1)
-
-
-# ============================================================================ strategy
-class GPXVariationalStrategy(_VariationalStrategy):
-    r"""Whitened inducing-point strategy for :math:`d` latent GPs mixed per sample by :math:`\mathbf z_i`.
-
-    Like GPyTorch's ``LMCVariationalStrategy``, with the mixing coefficients being each sample's own
-    :math:`\mathbf z_i`. For a batch of inputs :math:`[\mathbf X \mid \mathbf Z]` (``n`` rows) let
-    :math:`\mathbf A_l = k(\mathbf X, \mathbf U_l)\mathbf L_l^{-\top}` (:math:`n\times M`) and
-    :math:`\mathbf B = [\operatorname{diag}(\mathbf z_{\cdot 1})\mathbf A_1, \dots,
-    \operatorname{diag}(\mathbf z_{\cdot d})\mathbf A_d]` (:math:`n\times dM`). Then
-    :math:`q(\mathbf f) = \int p(\mathbf f\mid\mathbf v)\,q(\mathbf v)\,d\mathbf v = \mathcal N(\mathbf B\mathbf m,\,
-    \boldsymbol\Sigma_f)` with
-
-    .. math::
-
-        \boldsymbol\Sigma_f = \underbrace{(\mathbf K_{XX} + \sigma_w^2\mathbf I)\odot\mathbf Z\mathbf Z^\top}_{
-        \text{GPX prior}} + \mathbf B(\mathbf S - \mathbf I)\mathbf B^\top,
-
-    i.e. :math:`\operatorname{Cov}(f_i, f_j) = \sum_{l,l'} z_{il}z_{jl'}\operatorname{Cov}_q(g_l(\mathbf x_i),
-    g_{l'}(\mathbf x_j)) + \sigma_w^2\delta_{ij}\|\mathbf z_i\|^2`. The covariance is lazy (a low-rank Hadamard term
-    plus a rank-:math:`dM` term), so the ELBO's marginal variances cost :math:`O(n\,(dM)^2)` for a joint
-    :math:`\mathbf S` and :math:`O(n\,dM^2)` for one block per latent; no :math:`n\times n` matrix is formed.
-    The KL term is :math:`\mathrm{KL}[\mathcal N(\mathbf m,\mathbf S)\,\|\,\mathcal N(\mathbf 0,\mathbf I)]`.
-
-    :param model: The :class:`VariationalGPXModel` (provides ``covar_module``, a
-        :class:`~gpytorch_explain.GPXKernel`).
-    :param inducing_points: :math:`\mathbf U`, ``(M, D)`` shared by all latents or ``(d, M, D)``.
-    :param variational_distribution: Over the whitened values: ``num_inducing_points = d*M`` with no batch shape
-        (joint over latents), or ``num_inducing_points = M`` with ``batch_shape = (d,)`` (latents independent).
-    :param num_features: :math:`d`.
-    :param learn_inducing_locations: Whether :math:`\mathbf U` is a parameter.
-    :param jitter_val: Added to :math:`k(\mathbf U_l,\mathbf U_l)` before its Cholesky factorisation (default:
-        ``gpytorch.settings.variational_cholesky_jitter``).
-    """
-
-    def __init__(
-        self,
-        model: VariationalGPXModel,
-        inducing_points: Tensor,
-        variational_distribution: _VariationalDistribution,
-        num_features: int,
-        learn_inducing_locations: bool = True,
-        jitter_val: float | None = None,
-    ):
-        d = int(num_features)
-        num_inducing = inducing_points.size(-2)
-        shape = variational_distribution.shape()
-        if shape not in (torch.Size([d * num_inducing]), torch.Size([d, num_inducing])):
-            raise ValueError(
-                f"The variational distribution must have shape ({d * num_inducing},) (joint over the d = {d} latents "
-                f"and M = {num_inducing} inducing points) or batch_shape ({d},) with {num_inducing} inducing points, "
-                f"got shape {tuple(shape)}."
-            )
-        super().__init__(model, inducing_points, variational_distribution, learn_inducing_locations, jitter_val)
-        self.num_features = d
-
-    @property
-    def num_inducing(self) -> int:
-        """:math:`M`, the number of inducing points per latent."""
-        return self.inducing_points.size(-2)
-
-    @property
-    def joint(self) -> bool:
-        """Whether :math:`q` is joint over the latents (else one independent block per latent)."""
-        return self._variational_distribution.shape().numel() == self._variational_distribution.shape()[-1]
-
-    @property
-    def prior_distribution(self) -> MultivariateNormal:
-        r""":math:`p(\mathbf v) = \mathcal N(\mathbf 0, \mathbf I)` in the variational distribution's shape."""
-        shape = self._variational_distribution.shape()
-        ref = self.inducing_points
-        zeros = torch.zeros(shape, dtype=ref.dtype, device=ref.device)
-        return MultivariateNormal(zeros, DiagLinearOperator(torch.ones_like(zeros)))
-
-    def train(self, mode: bool = True) -> GPXVariationalStrategy:
-        if (self.training and not mode) or mode:
-            self._clear_cache()
-        return super().train(mode)
-
-    def kl_divergence(self) -> Tensor:
-        r""":math:`\mathrm{KL}[q(\mathbf v)\,\|\,p(\mathbf v)]`, summed over latents."""
-        return super().kl_divergence().sum()
-
-    # ------------------------------------------------------------------ pieces
-    def _maybe_initialize(self) -> None:
-        if not self.variational_params_initialized.item():
-            self._variational_distribution.initialize_variational_distribution(self.prior_distribution)
-            self.variational_params_initialized.fill_(1)
-
-    @cached(name="cholesky_factor")
-    def cholesky_factor(self) -> Tensor:
-        r""":math:`\mathbf L_l`, the Cholesky factor of :math:`k(\mathbf U_l,\mathbf U_l)+\text{jitter}\,\mathbf I`."""
-        inducing = self.inducing_points
-        kuu = self.model.covar_module.base_kernel(inducing).to_dense()
-        eye = torch.eye(kuu.size(-1), dtype=kuu.dtype, device=kuu.device)
-        return psd_safe_cholesky(kuu + self.jitter_val * eye)
-
-    def interp(self, x: Tensor) -> Tensor:
-        r""":math:`\mathbf A_l = k(\mathbf X, \mathbf U_l)\mathbf L_l^{-\top}`, shape ``(d or 1, n, M)``."""
-        inducing = self.inducing_points
-        if inducing.dim() == 3:
-            x = x.expand(inducing.size(0), *x.shape)
-        kux = self.model.covar_module.base_kernel(inducing, x).to_dense()
-        res = torch.linalg.solve_triangular(self.cholesky_factor(), kux, upper=False).mT
-        return res if res.dim() == 3 else res.unsqueeze(0)
-
-    def moments(self) -> tuple[Tensor, Tensor]:
-        r""":math:`\mathbf m` as ``(d, M)``; :math:`\mathbf S-\mathbf I` as ``(dM, dM)`` or per latent ``(d, M, M)``."""
-        dist = self.variational_distribution
-        d, num = self.num_features, self.num_inducing
-        mean = dist.mean.reshape(d, num)
-        covar = dist.covariance_matrix
-        eye = torch.eye(covar.size(-1), dtype=covar.dtype, device=covar.device)
-        return mean, covar - eye
-
-    def apply_middle(self, factor: Tensor, middle: Tensor) -> Tensor:
-        r"""Rows of ``factor`` (``(..., d, M)``, latent blocks) times :math:`\mathbf S - \mathbf I`, same shape."""
-        if middle.dim() == 2:
-            flat = factor.reshape(*factor.shape[:-2], -1) @ middle
-            return flat.reshape(factor.shape)
-        return torch.einsum("...lj,ljk->...lk", factor, middle)
-
-    def full_middle(self, middle: Tensor) -> Tensor:
-        r""":math:`\mathbf S - \mathbf I` as a dense ``(dM, dM)`` matrix."""
-        return middle if middle.dim() == 2 else torch.block_diag(*middle.unbind(0))
-
-    # ------------------------------------------------------------------ q(f)
-    def __call__(self, x: Tensor, prior: bool = False, **kwargs) -> MultivariateNormal:
-        if prior:
-            return self.model.forward(x)
-        if self.training:
-            self._clear_cache()
-        self._maybe_initialize()
-        return self.forward(x)
-
-    def forward(self, inputs: Tensor, *args, **kwargs) -> MultivariateNormal:
-        r""":math:`q(\mathbf f)` at inputs :math:`[\mathbf X\mid\mathbf Z]` (``(n, D+d)``; ``(n, D)`` when z = x)."""
-        covar_module = self.model.covar_module
-        x, z = covar_module.split_inputs(inputs)
-        mean_v, middle = self.moments()
-        factor = z.mT.unsqueeze(-1) * self.interp(x)  # (d, n, M): rows z_il A_l[i]
-        factor = factor.transpose(0, 1)  # (n, d, M) = B
-        mean = (factor * mean_v).sum((-1, -2))
-        factor_mid = self.apply_middle(factor, middle)
-        n = factor.size(0)
-        low_rank = MatmulLinearOperator(factor.reshape(n, -1), factor_mid.reshape(n, -1).mT)
-        covar = covar_module(inputs) + low_rank
-        out = MultivariateNormal(mean, covar)
-        setattr(out, WEIGHT_NOISE_ATTR, covar_module.weight_noise * z.square().sum(-1))
-        return out
+#: lower bound of :math:`\sigma_w^2` (``GreaterThan`` constraint): softplus of a very negative raw value is exactly 0
+#: in float32 (and in float64 below about -745), which would make the weight noise vanish and the setter reject it
+WEIGHT_NOISE_FLOOR = 1e-8
 
 
 # ============================================================================ model
@@ -376,8 +127,14 @@ class VariationalGPXModel(ApproximateGP):
         batch ``(d,)`` x ``M``.
     :param learn_inducing_locations: Whether :math:`\mathbf U` is trained.
     :param jitter_val: Jitter of :math:`k(\mathbf U,\mathbf U)` (default: GPyTorch's variational jitter).
-    :param weight_noise: Initial :math:`\sigma_w^2`.
-    :param feature_names: Optional names of the :math:`d` features.
+    :param weight_noise: Initial :math:`\sigma_w^2`. It is constrained to :math:`\sigma_w^2 \ge`
+        :data:`WEIGHT_NOISE_FLOOR` (``GreaterThan``), so it never underflows to exactly 0 (float32 included), and
+        the setter accepts any fitted value (``model.weight_noise = other.weight_noise.detach()``, raised to the floor).
+    :param feature_names: Optional names of the :math:`d` features (default ``x0, x1, ...`` when z = x).
+
+    Labels of a ``BernoulliLikelihood`` must be all in :math:`\{0, 1\}` or all in :math:`\{-1, +1\}` (checked in
+    :meth:`fit` across batches and in :class:`GPXVariationalELBO`); ``SoftmaxLikelihood`` / multitask likelihoods and
+    half precision are refused at construction.
 
     Example:
         >>> import torch
@@ -421,6 +178,11 @@ class VariationalGPXModel(ApproximateGP):
                 f"got {tuple(inducing_points.shape)}."
             )
         dtype, device = inducing_points.dtype, inducing_points.device
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(
+                f"inducing_points has dtype {dtype}; VariationalGPXModel supports float32 and float64 only (half "
+                "precision cannot hold the Cholesky factors and solves): convert with .float() or .double()."
+            )
         num_inducing = inducing_points.size(-2)
 
         if likelihood is None:
@@ -428,8 +190,14 @@ class VariationalGPXModel(ApproximateGP):
             likelihood.noise = 0.01
         elif not isinstance(likelihood, Likelihood):
             raise TypeError(f"likelihood must be a gpytorch Likelihood, got {type(likelihood).__name__}.")
-        elif isinstance(likelihood, MultitaskGaussianLikelihood):
-            raise TypeError("VariationalGPXModel has one output; multitask likelihoods are not supported.")
+        elif isinstance(likelihood, (MultitaskGaussianLikelihood, SoftmaxLikelihood)):
+            raise TypeError(
+                f"VariationalGPXModel has one latent output f = wᵀz, so {type(likelihood).__name__} (a multitask / "
+                "multi-class likelihood, which needs several latent functions) is not supported. Supported: any "
+                "likelihood of one latent value per point, e.g. GaussianLikelihood, BernoulliLikelihood (binary "
+                "classification, labels {0, 1} or {-1, +1}), StudentTLikelihood, LaplaceLikelihood, "
+                "BetaLikelihood. For C > 2 classes, fit one binary (one-vs-rest) model per class."
+            )
 
         if base_kernel is None:
             base_kernel = ScaleKernel(RBFKernel())
@@ -468,9 +236,11 @@ class VariationalGPXModel(ApproximateGP):
         )
         super().__init__(strategy)
         self.likelihood = likelihood
-        self.covar_module = GPXKernel(base_kernel, x_dims=x_dims, z_dims=z_dims)
+        self.covar_module = GPXKernel(
+            base_kernel, x_dims=x_dims, z_dims=z_dims, weight_noise_constraint=GreaterThan(WEIGHT_NOISE_FLOOR)
+        )
         self.to(dtype=dtype, device=device)
-        self.covar_module.weight_noise = weight_noise
+        self.weight_noise = weight_noise
 
         self.feature_names = check_feature_names(feature_names, d)
 
@@ -497,7 +267,15 @@ class VariationalGPXModel(ApproximateGP):
 
     @weight_noise.setter
     def weight_noise(self, value: Tensor | float) -> None:
-        self.covar_module.weight_noise = value
+        r"""Set :math:`\sigma_w^2`; values below :data:`WEIGHT_NOISE_FLOOR` (including an exact 0, e.g. a value that
+        underflowed in another model) are raised to the floor. Negative or non-finite values raise."""
+        raw = self.covar_module.raw_weight_noise
+        value = value.detach() if torch.is_tensor(value) else torch.as_tensor(value, dtype=raw.dtype)
+        value = value.to(dtype=raw.dtype, device=raw.device)
+        if not torch.isfinite(value).all() or (value < 0).any():
+            raise ValueError(f"weight_noise must be a finite non-negative variance, got {value}.")
+        floor = WEIGHT_NOISE_FLOOR * (1 + 64 * torch.finfo(raw.dtype).eps)  # keeps the inverse softplus finite
+        self.covar_module.weight_noise = value.clamp_min(floor)
 
     @property
     def base_kernel(self) -> Kernel:
@@ -623,7 +401,8 @@ class VariationalGPXModel(ApproximateGP):
         ``BernoulliLikelihood`` the class-1 probability :math:`p_* = \Phi(\mu_*/\sqrt{1+\sigma_*^2})` and the
         Bernoulli std :math:`\sqrt{p_*(1-p_*)}`; for likelihoods whose predictive GPyTorch samples, the moments of
         the sample mixture. ``latent_std`` is the std of :math:`f_*` (with the weight noise); the weights and the
-        contributions :math:`\mathbf w_*\odot\mathbf z_*` are on the latent scale.
+        contributions :math:`\mathbf w_*\odot\mathbf z_*` are on the latent scale (for classification the probit
+        scale: ``summary()`` and ``plot()`` label the latent sum and :math:`P(y=1)` separately).
         """
         if self.z_dims is None:
             if z is not None:
@@ -639,6 +418,12 @@ class VariationalGPXModel(ApproximateGP):
             var = var.mean(0) + mean.var(0, unbiased=False)
             mean = mean.mean(0)
         weights_mean, blocks = self.weight_blocks(x)
+        if isinstance(self.likelihood, BernoulliLikelihood):
+            outcome, scale = "probability", "probit" if _is_probit_bernoulli(self.likelihood) else "link"
+        elif isinstance(self.likelihood, _GaussianLikelihoodBase):
+            outcome, scale = "regression", "latent"
+        else:
+            outcome, scale = "other", "latent"
         return GPXExplanation(
             x=x.detach(),
             z=z.detach(),
@@ -648,6 +433,8 @@ class VariationalGPXModel(ApproximateGP):
             weights_mean=weights_mean.detach(),
             weights_covariance=blocks.detach(),
             feature_names=self.feature_names,
+            outcome=outcome,
+            latent_scale=scale,
         )
 
     # ----------------------------------------------------------------- training
@@ -660,6 +447,8 @@ class VariationalGPXModel(ApproximateGP):
             inputs = self._make_inputs(train_x, train_z)
             train_y = check_vector("train_y", train_y)
             check_same_rows(train_x=inputs, train_y=train_y)
+            if inputs.size(0) == 0:
+                raise ValueError("train_x has no rows: nothing to fit.")
             if train_y.dtype != inputs.dtype:
                 raise TypeError(f"train_y has dtype {train_y.dtype} but the model is {inputs.dtype}.")
             if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -731,18 +520,36 @@ class VariationalGPXModel(ApproximateGP):
 
         from tqdm.auto import tqdm
 
+        bernoulli = isinstance(self.likelihood, BernoulliLikelihood)
+        scheme: str | None = None  # the label scheme of a Bernoulli likelihood, fixed by the first batch with a -1 or 0
         self.train()
         self.likelihood.train()
         history: list[float] = []
         try:
-            for _ in tqdm(range(num_epochs), desc="variational GPX fit", disable=not progress):
+            # the bar counts epochs, its total num_epochs (one update per epoch)
+            epochs = tqdm(
+                range(num_epochs), total=num_epochs, desc="variational GPX fit (epochs)", disable=not progress
+            )
+            for _ in epochs:
                 total, count = 0.0, 0
-                for batch in loader:
+                for number, batch in enumerate(loader):
                     if not isinstance(batch, (tuple, list)) or len(batch) not in (2, 3):
                         raise ValueError("Each batch must be (inputs, y) or (x, z, y).")
+                    if torch.is_tensor(batch[-1]) and batch[-1].dim() >= 1 and batch[-1].size(0) == 0:
+                        raise ValueError(
+                            f"Batch {number} of the DataLoader has zero rows; every minibatch needs at least one row "
+                            "(check the sampler / drop_last settings)."
+                        )
                     inputs = self._make_inputs(batch[0], batch[1] if len(batch) == 3 else None)
                     target = check_vector("y", batch[-1])
                     check_same_rows(inputs=inputs, y=target)
+                    if target.dtype != inputs.dtype:
+                        raise TypeError(f"y has dtype {target.dtype} but the model is {inputs.dtype}.")
+                    if bernoulli:
+                        signs = bernoulli_label_signs(target)
+                        scheme = _label_scheme(target, scheme, number)
+                        # GPyTorch's BernoulliLikelihood (plain ELBO) takes {0, 1}; ours takes either
+                        target = signs.add(1).div(2)
                     for opt in optimizers:
                         opt.zero_grad()
                     loss = -mll(self(inputs), target)
@@ -751,7 +558,11 @@ class VariationalGPXModel(ApproximateGP):
                         opt.step()
                     total += loss.item() * target.size(0)
                     count += target.size(0)
-                history.append(total / max(count, 1))
+                if count == 0:
+                    raise ValueError(
+                        "The training data yielded no batches (an empty DataLoader or dataset): nothing to fit."
+                    )
+                history.append(total / count)
         finally:
             self.eval()
             self.likelihood.eval()
