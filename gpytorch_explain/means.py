@@ -24,7 +24,9 @@ class FixedConstantMean(Mean):
 
     def __init__(self, constant: float | Tensor = 0.0):
         super().__init__()
-        self.register_buffer("constant", torch.as_tensor(constant, dtype=torch.get_default_dtype()).clone())
+        if not torch.is_tensor(constant):
+            constant = torch.tensor(float(constant), dtype=torch.get_default_dtype())
+        self.register_buffer("constant", constant.detach().clone())
 
     def forward(self, x: Tensor) -> Tensor:
         return self.constant.to(x).expand(x.shape[:-1])

@@ -189,12 +189,13 @@ class check_memory(_setting):
 class scale_warning_range(_setting):
     r"""Range ``(low, high)`` of column standard deviations of :math:`\mathbf x`, :math:`\mathbf z` and
     :math:`\mathbf y` outside which :class:`~gpytorch_explain.GPXModel` warns that the data are far from unit
-    scale (default ``(1e-2, 1e2)``); ``y`` also warns when :math:`|\bar y| > 3\,\mathrm{std}(y)` (an offset the
+    scale (default ``(0.1, 10)``); ``y`` also warns when :math:`|\bar y| > 3\,\mathrm{std}(y)` (an offset the
     zero-mean model cannot explain). ``None`` turns the warnings off.
 
     The GPX prior starts at unit output scale and :math:`\sigma_w^2 = \sigma_y^2 = 0.01`: a column of
-    :math:`\mathbf z` with std :math:`10^{-3}` needs weights of order :math:`10^3`, far in the prior's tail,
-    and L-BFGS did not get there (test :math:`R^2` 0.004 instead of 0.999).
+    :math:`\mathbf z` with std :math:`10^{-2}` needs weights of order :math:`10^2`, far in the prior's tail,
+    and L-BFGS did not get there (:math:`\mathbf x = \mathbf z` scaled by :math:`10^{-3}`: test :math:`R^2` 0.004
+    instead of 0.999; one column scaled by :math:`10^{-2}` lost its contribution).
     """
 
-    _global_value = (1e-2, 1e2)
+    _global_value = (0.1, 10.0)
