@@ -117,7 +117,11 @@ def _dense_reference(model, xt):
     return mean, cov
 
 
-FLAGS = [dict(standardize_x=True), dict(standardize_y=True), dict(standardize_x=True, standardize_y=True, intercept=True)]
+FLAGS = [
+    dict(standardize_x=True),
+    dict(standardize_y=True),
+    dict(standardize_x=True, standardize_y=True, intercept=True),
+]
 
 
 @pytest.mark.parametrize("flags", FLAGS)
