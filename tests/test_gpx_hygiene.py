@@ -65,6 +65,26 @@ def test_caches_follow_hyperparameter_changes_in_eval_mode(change):
     assert torch.allclose(latent.variance, ref_latent.variance, atol=1e-10)
 
 
+def test_inducing_point_caches_follow_lengthscale_changes_in_eval_mode():
+    x, y = _data(n=50)
+    lik = gpytorch.likelihoods.GaussianLikelihood()
+    rbf = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+    base = gpytorch.kernels.InducingPointKernel(rbf, x[:10].clone(), lik)
+    model = GPXModel(x, y, likelihood=lik, base_kernel=base).eval()
+    model.predict_weights(x[:3])
+    rbf.base_kernel.lengthscale = 0.5
+    lik.noise = 0.2
+    got = model.predict_weights(x[:3]).mean
+
+    lik2 = gpytorch.likelihoods.GaussianLikelihood()
+    rbf2 = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+    base2 = gpytorch.kernels.InducingPointKernel(rbf2, x[:10].clone(), lik2)
+    fresh = GPXModel(x, y, likelihood=lik2, base_kernel=base2)
+    fresh.load_state_dict(model.state_dict())
+    fresh.eval()
+    assert torch.allclose(got, fresh.predict_weights(x[:3]).mean, atol=1e-10)
+
+
 # ---------------------------------------------------------------- weight-noise floor and warm start
 def test_weight_noise_never_underflows_to_zero_in_float32():
     x, y = _data(dtype=torch.float32)

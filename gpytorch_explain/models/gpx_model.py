@@ -388,6 +388,9 @@ class GPXModel(gpytorch.models.ExactGP):
         if stale:
             self.prediction_strategy = None
             self._cache_snapshot = None
+            for module in self.modules():  # GPyTorch's SGPR kernel keeps K_UU and its root in eval mode
+                if isinstance(module, InducingPointKernel):
+                    module._clear_cache()
 
     def check_memory(self, what: str = "GPX", training: bool = False) -> None:
         """Raise ``MemoryError`` (warn above half) when the dense/CG path over the :math:`n\times n` covariance needs
