@@ -6,7 +6,13 @@ from __future__ import annotations
 import warnings
 
 import torch
-from gpytorch.kernels import GridInterpolationKernel, InducingPointKernel, Kernel
+from gpytorch.kernels import (
+    AdditiveStructureKernel,
+    GridInterpolationKernel,
+    InducingPointKernel,
+    Kernel,
+    ProductStructureKernel,
+)
 from torch import Tensor
 
 from .. import settings as explain_settings
@@ -28,31 +34,41 @@ DENSE_MATRICES_EVAL = 4
 
 
 def check_base_kernel_dims(base_kernel: Kernel, x_dims: int) -> None:
-    """Raise a ``ValueError`` naming the kernel when its dimensions cannot match ``x_dims`` columns of x."""
-    for name, k in base_kernel.named_modules():
-        where = f"base_kernel{'.' + name if name else ''} ({type(k).__name__})"
-        active = getattr(k, "active_dims", None)
-        if active is not None and not isinstance(active, slice):
-            active = torch.as_tensor(active)
-            if active.numel() and (int(active.max()) >= x_dims or int(active.min()) < -x_dims):
-                raise ValueError(
-                    f"{where} has active_dims {active.tolist()}, out of range for x with D = {x_dims} columns."
-                )
-        ard = getattr(k, "ard_num_dims", None)
-        if ard is not None and ard > 1:
-            expected = x_dims if active is None or isinstance(active, slice) else int(active.numel())
-            if ard != expected:
-                raise ValueError(
-                    f"{where} has ard_num_dims = {ard} but works on {expected} column(s) of x (D = {x_dims})."
-                )
-        if isinstance(k, InducingPointKernel) and k.inducing_points.size(-1) != x_dims:
+    """Raise a ``ValueError`` naming the kernel when its dimensions cannot match ``x_dims`` columns of x.
+
+    Checked: ``active_dims`` in range, ``ard_num_dims`` equal to the number of columns a kernel sees, inducing
+    points with ``x_dims`` columns, and a KISS-GP grid with as many dimensions as its columns. Kernels inside an
+    ``AdditiveStructureKernel``/``ProductStructureKernel`` (which see one column at a time) are not checked.
+    """
+    _check_dims(base_kernel, x_dims, "base_kernel")
+
+
+def _check_dims(k: Kernel, columns: int, where_name: str) -> None:
+    where = f"{where_name} ({type(k).__name__})"
+    active = getattr(k, "active_dims", None)
+    if active is not None and not isinstance(active, slice):
+        active = torch.as_tensor(active)
+        if active.numel() and (int(active.max()) >= columns or int(active.min()) < -columns):
             raise ValueError(
-                f"{where} has inducing points with {k.inducing_points.size(-1)} columns, but x has D = {x_dims}."
+                f"{where} has active_dims {active.tolist()}, out of range for x with D = {columns} columns."
             )
-        if isinstance(k, GridInterpolationKernel) and active is None:
-            grid_dims = k.num_dims
-            if grid_dims != x_dims:
-                raise ValueError(f"{where} has a {grid_dims}-D grid, but x has D = {x_dims} columns.")
+        columns = int(active.numel())
+    ard = getattr(k, "ard_num_dims", None)
+    if ard is not None and ard > 1 and ard != columns:
+        raise ValueError(f"{where} has ard_num_dims = {ard} but works on {columns} column(s) of x.")
+    if isinstance(k, InducingPointKernel) and k.inducing_points.size(-1) != columns:
+        raise ValueError(f"{where} has inducing points with {k.inducing_points.size(-1)} columns, but x has {columns}.")
+    if isinstance(k, GridInterpolationKernel) and k.num_dims != columns:
+        raise ValueError(f"{where} has a {k.num_dims}-D grid, but it sees {columns} column(s) of x.")
+    if isinstance(k, (AdditiveStructureKernel, ProductStructureKernel)):
+        return
+    for name, child in k.named_children():
+        if isinstance(child, Kernel):
+            _check_dims(child, columns, f"{where_name}.{name}")
+        elif isinstance(child, torch.nn.ModuleList):
+            for i, sub in enumerate(child):
+                if isinstance(sub, Kernel):
+                    _check_dims(sub, columns, f"{where_name}.{name}[{i}]")
 
 
 def column_scale(t: Tensor) -> Tensor:
