@@ -62,7 +62,8 @@ class GPXModel(gpytorch.models.ExactGP):
         \epsilon_y \sim \mathcal N(0, \sigma_y^2), \
         \boldsymbol\epsilon_w \sim \mathcal N(\mathbf 0, \sigma_w^2\mathbf I_d),
 
-    so that :math:`\mathbf y \sim \mathcal N(\mathbf 0, \mathbf C)` with
+    so that :math:`\mathbf y \sim \mathcal N(\mathbf m, \mathbf C)` (:math:`\mathbf m = \mathbf 0` unless
+    ``standardize_y`` or ``intercept`` gives a constant mean) with
     :math:`\mathbf C = \sigma_y^2 \mathbf I + (\mathbf K + \sigma_w^2 \mathbf I) \odot \mathbf Z \mathbf Z^\top`.
     :math:`\mathbf x` are the inputs of the kernel, :math:`\mathbf z` the (human-readable)
     explanation features; by default :math:`\mathbf z = \mathbf x`.
