@@ -85,15 +85,15 @@ def test_short_bayesian_optimisation_loop_with_qlogei():
     x = torch.rand(8, 2, dtype=DTYPE)
     y = _branin01(x)
     first_best = y.max().item()
-    for _ in range(4):
-        model = GPXModel(x, y, standardize_x=True, standardize_y=True).fit(max_iter=30)
+    for _ in range(3):
+        model = GPXModel(x, y, standardize_x=True, standardize_y=True).fit(max_iter=20)
         acq = qLogExpectedImprovement(model, best_f=y.max())
         candidate, value = optimize_acqf(acq, bounds=bounds, q=2, num_restarts=2, raw_samples=32)
         assert candidate.shape == (2, 2) and torch.isfinite(value)
         assert ((candidate >= 0) & (candidate <= 1)).all()
         x = torch.cat([x, candidate])
         y = torch.cat([y, _branin01(candidate)])
-    assert len(y) == 16
+    assert len(y) == 14
     assert y.max().item() >= first_best  # the loop keeps the best point (and usually improves it)
     # the acquisition is differentiable in X through GPX's posterior
     X = torch.rand(3, 2, 2, dtype=DTYPE, requires_grad=True)

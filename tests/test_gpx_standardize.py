@@ -45,15 +45,15 @@ def test_unscaled_targets_warn_and_standardize_y_fits():
 
 
 def test_x_scaled_by_1e3_warns_and_standardize_x_recovers():
-    x, f, g = _signal(200, 1)
-    y = f + 0.05 * torch.randn(200, generator=g, dtype=DTYPE)
+    x, f, g = _signal(150, 1)
+    y = f + 0.05 * torch.randn(150, generator=g, dtype=DTYPE)
     xs = x * 1e-3
     with pytest.warns(UserWarning, match=r"x columns \[0, 1\] have std"):
-        GPXModel(xs[:150], y[:150])
-    model = GPXModel(xs[:150], y[:150], standardize_x=True).fit(max_iter=60)
-    r2 = _r2(model(xs[150:]).mean, f[150:]).item()
+        GPXModel(xs[:100], y[:100])
+    model = GPXModel(xs[:100], y[:100], standardize_x=True).fit(max_iter=40)
+    r2 = _r2(model(xs[100:]).mean, f[100:]).item()
     assert r2 > 0.98, r2  # 0.004 in the issue without standardisation
-    contributions = model.explain(xs[150:]).contributions_mean
+    contributions = model.explain(xs[100:]).contributions_mean
     assert contributions.abs().mean(0).min() > 0.1  # no feature is silenced
 
 
@@ -83,13 +83,13 @@ def test_standardize_x_makes_gpx_invariant_to_column_scales():
 
 
 def test_one_column_scaled_by_1e2_keeps_its_contribution():
-    x, f, g = _signal(200, 3)
-    y = f + 0.05 * torch.randn(200, generator=g, dtype=DTYPE)
+    x, f, g = _signal(140, 3)
+    y = f + 0.05 * torch.randn(140, generator=g, dtype=DTYPE)
     xs = x * torch.tensor([1.0, 1e-2], dtype=DTYPE)
     with pytest.warns(UserWarning, match=r"x columns \[1\]"):
-        GPXModel(xs[:150], y[:150])
-    ref = GPXModel(x[:150], y[:150], standardize_x=True).fit(max_iter=60).explain(x[150:])
-    got = GPXModel(xs[:150], y[:150], standardize_x=True).fit(max_iter=60).explain(xs[150:])
+        GPXModel(xs[:100], y[:100])
+    ref = GPXModel(x[:100], y[:100], standardize_x=True).fit(max_iter=25).explain(x[100:])
+    got = GPXModel(xs[:100], y[:100], standardize_x=True).fit(max_iter=25).explain(xs[100:])
     err = (got.contributions_mean - ref.contributions_mean).abs().mean(0)
     size = ref.contributions_mean.abs().mean(0)
     assert (err < 0.05 * size).all(), (err, size)
