@@ -56,6 +56,9 @@ def test_posterior_matches_the_models_predictive():
         # raw units: the same numbers as the explanation's predictions (standardisation undone)
         expl = model.explain(X[b])
         assert torch.allclose(post.mean[b, :, 0], expl.prediction_mean, atol=1e-8)
+    # outcome standardisation is undone: at the training points the posterior mean is y in its own units
+    at_train = model.posterior(x.unsqueeze(-2)).mean.squeeze(-1).squeeze(-1)
+    assert y.std() > 20 and (at_train - y).abs().max() < 0.05 * y.std()
     noisy = model.posterior(X, observation_noise=True)
     assert torch.allclose(noisy.variance - post.variance, model.likelihood.noise.expand(4, 3, 1), atol=1e-10)
     q1 = model.posterior(X[:, :1])
