@@ -613,14 +613,13 @@ class GPXModel(gpytorch.models.ExactGP):
         r"""BoTorch's model interface (duck-typed, like ``botorch.models.model.Model``: ``posterior``,
         ``num_outputs``, ``batch_shape``): the joint posterior of :math:`f` (or :math:`y`) at each ``q``-batch of
         ``X``, a ``botorch.posteriors.GPyTorchPosterior``; see
-        :func:`~gpytorch_explain.models.gpx_botorch.gpx_posterior`.
+        :func:`~gpytorch_explain.models.gpx_botorch.gpx_posterior`. (No doctest here: importing BoTorch changes
+        GPyTorch's global defaults for the rest of a test session; ``tests/test_gpx_botorch.py`` restores them.)
 
-        Example:
-            >>> import torch
-            >>> from gpytorch_explain import GPXModel
-            >>> x = torch.rand(12, 2, dtype=torch.float64)
-            >>> model = GPXModel(x, x.sum(-1)).fit(max_iter=5)
-            >>> model.posterior(torch.rand(4, 3, 2, dtype=torch.float64)).mean.shape
-            torch.Size([4, 3, 1])
+        Usage::
+
+            model = GPXModel(x, y, standardize_x=True, standardize_y=True).fit()
+            acq = qLogExpectedImprovement(model, best_f=y.max())
+            candidate, value = optimize_acqf(acq, bounds=bounds, q=2, num_restarts=4, raw_samples=64)
         """
         return gpx_posterior(self, X, output_indices, observation_noise, posterior_transform)
