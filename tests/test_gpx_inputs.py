@@ -338,14 +338,12 @@ def test_model_without_training_data(method, clear):
         model.fit(max_iter=1)
 
 
-def test_set_train_data_with_wrong_columns_is_caught_at_prediction():
-    """set_train_data(strict=False) takes joined [x | z] rows unchecked; the kernel names the problem later."""
+def test_set_train_data_with_wrong_columns_is_refused():
+    """set_train_data runs the constructor's checks: joined [x | z] rows with the wrong width are refused at once."""
     x, y, z = _data()
     model = GPXModel(x, y, z)
-    model.set_train_data(x, y, strict=False)  # forgot z
-    model.eval()
-    with pytest.raises(ValueError, match=r"GPXKernel expects inputs with 5 columns \(3 for x \+ 2 for z\), got 3"):
-        model.predict_weights(_test_points()[0])
+    with pytest.raises(ValueError, match=r"inputs must have 5 columns"):
+        model.set_train_data(x, y, strict=False)  # forgot z
 
 
 def test_gpx_kernel_inputs_with_wrong_number_of_columns(model_z, model_x):

@@ -7,7 +7,7 @@ import warnings
 
 import torch
 from gpytorch import settings as gsettings
-from gpytorch.constraints import Interval, Positive
+from gpytorch.constraints import Interval
 from gpytorch.kernels import InducingPointKernel, Kernel, ProductStructureKernel
 from gpytorch.mlls import AddedLossTerm
 from gpytorch.priors import Prior
@@ -22,6 +22,7 @@ from linear_operator.operators import (
 from torch import Tensor
 
 from .. import settings as explain_settings
+from ..constraints import FlooredPositive
 from ..operators import GPXInducingLinearOperator, LowRankHadamardLinearOperator
 from .ski_features import gpytorch_grid_order_matters, grid_features, grid_operator, supports_grid_features
 
@@ -170,7 +171,8 @@ class GPXKernel(Kernel):
     :param z_dims: :math:`d`, the number of explanation features when they are given separately
         (``None``: :math:`\mathbf z = \mathbf x`).
     :param weight_noise_prior: Optional prior on :math:`\sigma_w^2`.
-    :param weight_noise_constraint: Constraint on :math:`\sigma_w^2` (default: ``Positive()``).
+    :param weight_noise_constraint: Constraint on :math:`\sigma_w^2` (default:
+        :class:`~gpytorch_explain.constraints.FlooredPositive`, a softplus that never underflows to 0).
 
     Example:
         >>> import torch, gpytorch
@@ -201,9 +203,10 @@ class GPXKernel(Kernel):
         self._warned_grid_order = False
         self.x_dims = int(x_dims)
         self.z_dims = None if z_dims is None else int(z_dims)
+        self.register_buffer("feature_scale", None)
 
         if weight_noise_constraint is None:
-            weight_noise_constraint = Positive()
+            weight_noise_constraint = FlooredPositive()
         self.register_parameter("raw_weight_noise", torch.nn.Parameter(torch.zeros(*self.batch_shape, 1)))
         self.register_constraint("raw_weight_noise", weight_noise_constraint)
         if weight_noise_prior is not None:
@@ -244,8 +247,28 @@ class GPXKernel(Kernel):
                 f"got {inputs.size(-1)}."
             )
         if self.z_dims is None:
-            return inputs, inputs
-        return inputs[..., : self.x_dims], inputs[..., self.x_dims :]
+            x, z = inputs, inputs
+        else:
+            x, z = inputs[..., : self.x_dims], inputs[..., self.x_dims :]
+        scale = self.feature_scale
+        return (x, z) if scale is None else (x, z * scale)
+
+    def set_feature_scale(self, scale: Tensor | None) -> None:
+        r"""Scale the explanation features inside the kernel, :math:`\tilde{\mathbf z} = \mathbf c \odot \mathbf z`
+        (a buffer ``feature_scale``, saved in the state dict; ``None`` removes it).
+
+        The covariance becomes :math:`(k + \sigma_w^2\delta)\,\tilde{\mathbf z}^\top\tilde{\mathbf z}'`: the
+        prior of the weight of the raw feature :math:`l` is scaled by :math:`c_l`
+        (:math:`w_l = c_l \tilde w_l`). :class:`~gpytorch_explain.GPXModel` uses it to standardise.
+        """
+        if scale is None:
+            self._buffers["feature_scale"] = None
+            return
+        scale = torch.as_tensor(scale, dtype=self.raw_weight_noise.dtype, device=self.raw_weight_noise.device)
+        d = self.x_dims if self.z_dims is None else self.z_dims
+        if scale.shape != (d,) or not torch.all(torch.isfinite(scale) & (scale > 0)):
+            raise ValueError(f"feature_scale must hold {d} positive finite values, got {scale}.")
+        self._buffers["feature_scale"] = scale.clone()
 
     # --------------------------------------------------------------- covariance
     def __call__(

@@ -36,6 +36,11 @@ def _row_chunks(n: int, width: int):
         yield slice(start, min(start + step, n))
 
 
+def accurate_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype GPX's Woodbury internals use for inputs of ``dtype``: float64 for float32 (and narrower)."""
+    return torch.promote_types(dtype, torch.float64)
+
+
 def _sum_to(t: Tensor, shape: torch.Size) -> Tensor:
     """Reduce a broadcast gradient to ``shape``."""
     while t.dim() > len(shape):
@@ -56,7 +61,10 @@ class _WeightedGram(torch.autograd.Function):
     :math:`\partial\boldsymbol\phi_i = w_i\sum_l z_{il}\mathbf y_{il}`,
     :math:`\partial z_{il} = w_i\boldsymbol\phi_i^\top\mathbf y_{il}`,
     :math:`\partial w_i = \tfrac12\sum_l z_{il}\boldsymbol\phi_i^\top\mathbf y_{il}`.
-    Nothing of size :math:`n \times dM` is kept between the passes.
+    Nothing of size :math:`n \times dM` is kept between the passes. The sums over the :math:`n` rows run in
+    :func:`accurate_dtype` (float64 for float32 inputs, one chunk cast at a time) and the result is in that dtype:
+    summed in float32, the capacitance of an SGPR GPX lost most of its accuracy (test RMSE 0.143 against 0.0044
+    in float64 on 20k rows). Gradients come back in the inputs' dtypes.
     """
 
     @staticmethod
@@ -64,10 +72,11 @@ class _WeightedGram(torch.autograd.Function):
         ctx.save_for_backward(phi, z, weights)
         n, m_ind = phi.shape[-2:]
         d = z.size(-1)
+        acc = accurate_dtype(phi.dtype)
         batch = torch.broadcast_shapes(phi.shape[:-2], z.shape[:-2], weights.shape[:-1])
-        out = torch.zeros(*batch, d, m_ind, d, m_ind, dtype=phi.dtype, device=phi.device)
+        out = torch.zeros(*batch, d, m_ind, d, m_ind, dtype=acc, device=phi.device)
         for rows in _row_chunks(n, d * m_ind):
-            ph, zc, wc = phi[..., rows, :], z[..., rows, :], weights[..., rows]
+            ph, zc, wc = phi[..., rows, :].to(acc), z[..., rows, :].to(acc), weights[..., rows].to(acc)
             for l in range(d):
                 left = ph * (wc * zc[..., l]).unsqueeze(-1)
                 for lp in range(l, d):
@@ -83,11 +92,12 @@ class _WeightedGram(torch.autograd.Function):
         phi, z, weights = ctx.saved_tensors
         n, m_ind = phi.shape[-2:]
         d = z.size(-1)
+        acc = grad.dtype
         g_sym = grad + grad.mT
         need_phi, need_z, need_w = ctx.needs_input_grad
         grads_phi, grads_z, grads_w = [], [], []
         for rows in _row_chunks(n, d * m_ind):
-            ph, zc, wc = phi[..., rows, :], z[..., rows, :], weights[..., rows]
+            ph, zc, wc = phi[..., rows, :].to(acc), z[..., rows, :].to(acc), weights[..., rows].to(acc)
             y = (_root_block(ph, zc) @ g_sym).reshape(*g_sym.shape[:-2], ph.size(-2), d, m_ind)  # (nc, d, M)
             dots = (y * ph.unsqueeze(-2)).sum(-1)  # (nc, d): φ_iᵀ y_il
             if need_phi:
@@ -97,9 +107,9 @@ class _WeightedGram(torch.autograd.Function):
             if need_w:
                 grads_w.append(0.5 * (zc * dots).sum(-1))
 
-        d_phi = _sum_to(torch.cat(grads_phi, dim=-2), phi.shape) if need_phi else None
-        d_z = _sum_to(torch.cat(grads_z, dim=-2), z.shape) if need_z else None
-        d_w = _sum_to(torch.cat(grads_w, dim=-1), weights.shape) if need_w else None
+        d_phi = _sum_to(torch.cat(grads_phi, dim=-2), phi.shape).to(phi.dtype) if need_phi else None
+        d_z = _sum_to(torch.cat(grads_z, dim=-2), z.shape).to(z.dtype) if need_z else None
+        d_w = _sum_to(torch.cat(grads_w, dim=-1), weights.shape).to(weights.dtype) if need_w else None
         return d_phi, d_z, d_w
 
 
@@ -261,23 +271,40 @@ class GPXInducingLinearOperator(LinearOperator):
             )
 
     def capacitance(self) -> Tensor:
-        r""":math:`\mathbf I + \mathbf R^\top\mathbf D^{-1}\mathbf R` (``dM x dM``), formed in row chunks."""
+        r""":math:`\mathbf I + \mathbf R^\top\mathbf D^{-1}\mathbf R` (``dM x dM``), formed in row chunks, in
+        :func:`accurate_dtype` (float64 for float32 operators)."""
         self._check_positive()
         dm = self.num_features * self.num_inducing
         gram = _WeightedGram.apply(self.phi, self.z, self.diag_values.reciprocal())
-        return gram + torch.eye(dm, dtype=self.dtype, device=self.device)
+        return gram + torch.eye(dm, dtype=gram.dtype, device=self.device)
+
+    @property
+    @cached(name="accurate_capacitance_cholesky")
+    def accurate_capacitance_cholesky(self) -> Tensor:
+        r"""Lower Cholesky factor of :math:`\mathbf I + \mathbf R^\top\mathbf D^{-1}\mathbf R` in
+        :func:`accurate_dtype`: the Woodbury solves and the log-determinant use it."""
+        return psd_safe_cholesky(self.capacitance())
 
     @property
     @cached(name="capacitance_cholesky")
     def capacitance_cholesky(self) -> Tensor:
-        r"""Lower Cholesky factor of :math:`\mathbf I + \mathbf R^\top\mathbf D^{-1}\mathbf R`."""
-        return psd_safe_cholesky(self.capacitance())
+        r"""Lower Cholesky factor of :math:`\mathbf I + \mathbf R^\top\mathbf D^{-1}\mathbf R` in the operator's
+        dtype (the float64 factor, rounded once)."""
+        return self.accurate_capacitance_cholesky.to(self.dtype)
+
+    def _solve_accurate(self, rhs: Tensor) -> Tensor:
+        r"""Woodbury, :math:`\mathbf D^{-1}\mathbf b - \mathbf D^{-1}\mathbf R\mathbf A^{-1}\mathbf R^\top
+        \mathbf D^{-1}\mathbf b`, computed and returned in :func:`accurate_dtype` (float64 for float32 operators;
+        the implicit root then works on float64 copies of :math:`\boldsymbol\Phi` and :math:`\mathbf Z`)."""
+        acc = accurate_dtype(self.dtype)
+        op = self if acc == self.dtype else self.__class__(self.phi.to(acc), self.z.to(acc), self.diag_values.to(acc))
+        inv_d = op.diag_values.reciprocal().unsqueeze(-1)
+        scaled = inv_d * rhs.to(acc)
+        inner = torch.cholesky_solve(op.root_t_matmul(scaled), self.accurate_capacitance_cholesky)
+        return scaled - inv_d * op.root_matmul(inner)
 
     def _solve(self, rhs: Tensor, preconditioner=None, num_tridiag: int | None = 0) -> Tensor:
-        inv_d = self.diag_values.reciprocal().unsqueeze(-1)
-        scaled = inv_d * rhs
-        inner = torch.cholesky_solve(self.root_t_matmul(scaled), self.capacitance_cholesky)
-        return scaled - inv_d * self.root_matmul(inner)
+        return self._solve_accurate(rhs).to(self.dtype)
 
     def solve(self, right_tensor: Tensor, left_tensor: Tensor | None = None) -> Tensor:
         self._check_positive()
@@ -288,15 +315,17 @@ class GPXInducingLinearOperator(LinearOperator):
         return res if left_tensor is None else left_tensor @ res
 
     def _logdet(self) -> Tensor:
-        chol = self.capacitance_cholesky
-        return 2 * chol.diagonal(dim1=-2, dim2=-1).log().sum(-1) + self.diag_values.log().sum(-1)
+        chol = self.accurate_capacitance_cholesky
+        logdet = 2 * chol.diagonal(dim1=-2, dim2=-1).log().sum(-1) + self.diag_values.to(chol.dtype).log().sum(-1)
+        return logdet.to(self.dtype)
 
     def inv_quad_logdet(self, inv_quad_rhs: Tensor | None = None, logdet: bool = False, reduce_inv_quad: bool = True):
         self._check_positive()
         inv_quad = None
         if inv_quad_rhs is not None:
             rhs = inv_quad_rhs.unsqueeze(-1) if inv_quad_rhs.dim() == self.dim() - 1 else inv_quad_rhs
-            inv_quad = (rhs * self._solve(rhs)).sum(-2)
+            acc = accurate_dtype(self.dtype)
+            inv_quad = (rhs.to(acc) * self._solve_accurate(rhs)).sum(-2).to(self.dtype)
             if reduce_inv_quad:
                 inv_quad = inv_quad.sum(-1)
         return inv_quad, (self._logdet() if logdet else None)

@@ -1,9 +1,12 @@
 from .gp import ensure_prediction_strategy
 from .heuristics import median_heuristic_lengthscale
 from .linalg import dense_gaussian_nll, solve_checked
+from .memory import available_memory, check_memory
 from .validation import check_feature_names, check_matrix, check_same_rows, check_vector
 
 __all__ = [
+    "available_memory",
+    "check_memory",
     "check_feature_names",
     "check_matrix",
     "check_same_rows",

@@ -21,6 +21,11 @@ def _check_tensor(name: str, value, ndims: Sequence[int], what: str) -> Tensor:
             f"{name} must be a floating-point tensor (float32 or float64), got {value.dtype}; "
             f"convert it with {name}.double() or {name}.float()."
         )
+    if value.dtype in (torch.float16, torch.bfloat16):
+        raise TypeError(
+            f"{name} has dtype {value.dtype}, which GP solves (Cholesky, CG) do not support: use float64 "
+            f"(recommended) or float32, e.g. {name}.double()."
+        )
     if not torch.isfinite(value).all():
         bad = (~torch.isfinite(value)).sum().item()
         raise ValueError(f"{name} contains {bad} NaN or infinite value(s).")

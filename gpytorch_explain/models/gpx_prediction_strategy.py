@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+r"""GPyTorch's exact prediction strategy for GPX, with accurate solves for its derived quantities."""
+
+from __future__ import annotations
+
+import torch
+from gpytorch import settings as gsettings
+from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
+from gpytorch.utils.memoize import cached
+from linear_operator import to_dense
+from linear_operator.operators import MatmulLinearOperator, to_linear_operator
+from torch import Tensor
+
+from .. import settings as explain_settings
+from ..operators import GPXInducingLinearOperator
+from ..utils import solve_checked
+
+__all__ = ["GPXPredictionStrategy", "dense_limit"]
+
+
+def dense_limit() -> int:
+    """The largest n GPX factorises densely (see :class:`gpytorch_explain.settings.max_cholesky_size`)."""
+    return max(gsettings.max_cholesky_size.value(), explain_settings.max_cholesky_size.value())
+
+
+class GPXPredictionStrategy(DefaultPredictionStrategy):
+    r"""GPyTorch's exact prediction strategy with accurate solves for GPX's derived quantities.
+
+    * Up to ``n = max(gpytorch.settings.max_cholesky_size, gpytorch_explain.settings.max_cholesky_size)``
+      one Cholesky factor :math:`\mathbf L` of :math:`\mathbf C` serves the mean cache
+      :math:`\boldsymbol\alpha = \mathbf C^{-1}\mathbf y`, the latent predictive covariance and the
+      weight posterior, so that :math:`\mathbb E[f_*] = \mathbf z_*^\top\mathbb E[\mathbf w_*]` and
+      :math:`\operatorname{Var}[f_*] = \mathbf z_*^\top\operatorname{Cov}[\mathbf w_*]\mathbf z_*` hold to round-off.
+    * Above it, GPyTorch's CG is used with the tolerance of
+      :class:`gpytorch_explain.settings.solve_tolerance`.
+    """
+
+    @property
+    def uses_cholesky(self) -> bool:
+        return self.num_train <= dense_limit()
+
+    @cached(name="train_cholesky")
+    def train_cholesky(self) -> Tensor:
+        r"""Lower Cholesky factor :math:`\mathbf L` of :math:`\mathbf C` (dense, ``n x n``)."""
+        covar = self.lik_train_train_covar
+        if gsettings.detach_test_caches.on():
+            covar = covar.detach()
+        with gsettings.max_cholesky_size(max(self.num_train, gsettings.max_cholesky_size.value())):
+            return covar.cholesky().to_dense()
+
+    @cached(name="mean_cache")
+    def _mean_cache(self, nan_policy: str) -> Tensor:
+        if nan_policy == "ignore" and self.uses_cholesky:
+            mvn = self.likelihood(self.train_prior_dist, self.train_inputs)
+            offset = (self.train_labels - mvn.loc).unsqueeze(-1)
+            res = torch.cholesky_solve(offset, self.train_cholesky(), upper=False).squeeze(-1)
+            return res.detach() if gsettings.detach_test_caches.on() else res
+        if nan_policy != "ignore":
+            return super()._mean_cache(nan_policy)
+        tol = explain_settings.derived_solve_tolerance(self.train_labels.dtype)
+        mvn = self.likelihood(self.train_prior_dist, self.train_inputs)
+        offset = (self.train_labels - mvn.loc).unsqueeze(-1)
+        covar = mvn.lazy_covariance_matrix.evaluate_kernel()
+        with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(explain_settings.cg_iterations(self.num_train)):
+            if isinstance(covar, GPXInducingLinearOperator):  # exact (Woodbury)
+                res = covar.solve(offset)
+            else:
+                res = solve_checked(covar, offset, what="the mean cache C^-1 (y - m)")
+        res = res.squeeze(-1)
+        return res.detach() if gsettings.detach_test_caches.on() else res
+
+    @property
+    def uses_inducing(self) -> bool:
+        """Whether the training covariance is the exactly solvable inducing-point (SGPR) form."""
+        return isinstance(self.lik_train_train_covar, GPXInducingLinearOperator)
+
+    def exact_predictive_covar(self, test_test_covar, test_train_covar):
+        if self.uses_inducing and not self.uses_cholesky:
+            # Woodbury solves are exact and cheap: no LOVE approximation needed
+            with gsettings.fast_pred_var(False):
+                return super().exact_predictive_covar(test_test_covar, test_train_covar)
+        if gsettings.skip_posterior_variances.on() or not self.uses_cholesky:
+            return super().exact_predictive_covar(test_test_covar, test_train_covar)
+        root = torch.linalg.solve_triangular(self.train_cholesky(), to_dense(test_train_covar).mT, upper=False)
+        correction = MatmulLinearOperator(root.mT, root.mul(-1))
+        if torch.is_tensor(test_test_covar):
+            return to_linear_operator(test_test_covar) + correction
+        return test_test_covar + correction
