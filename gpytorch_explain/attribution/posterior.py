@@ -16,10 +16,15 @@ from gpytorch.models import ApproximateGP, ExactGP
 from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
 from torch import Tensor
 
+from .. import settings as xsettings
 from ..errors import ModelStateError
 from ..operators import AttributionPosteriorLinearOperator
 from ..utils import ensure_prediction_strategy
-from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean
+from .adaptive import AutogradFallbackWarning, adaptive_call
+from .adaptive import check_order as _check_order
+from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean, uses_quadrature
+from .detection import fallback_reason
+from .fallback import JointPosterior
 from .functionals import Functional, Gradient, IntegratedGradient
 from .sgpr import (
     contains_inducing_point_kernel,
@@ -118,15 +123,64 @@ def _reject_inducing_point_kernel(kernel: Kernel, where: str) -> None:
         )
 
 
+_STATE_ATTR = "_gpytorch_explain_state"
+
+
+def _latent(joint: JointPosterior, point: Tensor, baselines: Tensor) -> tuple[Tensor, Tensor]:
+    """Joint posterior of the latent at ``[point, baselines]``: mean ``(T, 1 + k)``, covariance ``(T, 1+k, 1+k)``."""
+    with torch.no_grad():
+        return joint(torch.cat([point.unsqueeze(0), baselines], dim=-2))
+
+
+def _tracks_strategy(model) -> bool:
+    from ..models import GPXModel
+
+    return isinstance(model, ExactGP) and not isinstance(model, GPXModel)
+
+
+def _model_state(model) -> list[tuple[str, Tensor]]:
+    return [(n, t.detach()) for n, t in list(model.named_parameters()) + list(model.named_buffers())]
+
+
+def _same_state(a: list[tuple[str, Tensor]], b: list[tuple[str, Tensor]]) -> bool:
+    if len(a) != len(b):
+        return False
+    for (na, ta), (nb, tb) in zip(a, b, strict=True):
+        if na != nb or ta.shape != tb.shape or not torch.equal(ta, tb):
+            return False
+    return True
+
+
 class _FunctionalPosterior:
     r"""Posterior of a linear functional :math:`\mathcal L f` of a trained ``ExactGP``'s latent :math:`f`."""
 
-    def __init__(self, model: ExactGP, functional: Functional, order: int = DEFAULT_ORDER):
+    def __init__(self, model: ExactGP, functional: Functional, order: int | None = None):
+        if not isinstance(model, ExactGP | ApproximateGP):
+            raise TypeError(f"model must be a gpytorch ExactGP (or ApproximateGP), got {type(model).__name__}.")
         self.model = model
         self.functional = functional
-        self.order = int(order)
-        self._kernel, self._mean, self._dims = self._model_parts(model)
-        self._sgpr = is_sgpr_model(model)
+        self.adaptive = order is None
+        self.order = DEFAULT_ORDER if order is None else _check_order(order)
+        #: the order the last adaptive call used (``order`` itself when not adaptive)
+        self.last_order = self.order
+        reason = fallback_reason(model)
+        #: ``"closed_form"`` (mean_module/covar_module differentiated directly) or ``"autograd"`` (the model's own
+        #: joint posterior differentiated, see :mod:`~gpytorch_explain.attribution.fallback`)
+        self.method = "closed_form" if reason is None else "autograd"
+        self.fallback_reason = reason
+        if reason is None:
+            self._kernel, self._mean, self._dims = self._model_parts(model)
+            self._sgpr = is_sgpr_model(model)
+        else:
+            self._kernel, self._mean, self._dims, self._sgpr = None, None, None, False
+            self._joint = JointPosterior(model)
+            warnings.warn(
+                f"{type(self).__name__}: the closed forms do not apply to this {type(model).__name__} because "
+                f"{reason}; using the exact autograd fallback on the model's own joint posterior "
+                "(method='autograd'; slower, O(m·D) backward passes).",
+                AutogradFallbackWarning,
+                stacklevel=3,
+            )
 
     # ------------------------------------------------------------------ model inspection
     @staticmethod
@@ -184,10 +238,32 @@ class _FunctionalPosterior:
             X = X.unsqueeze(-1)
         return X
 
+    def _raw_train_inputs(self) -> Tensor | None:
+        """Training inputs in the units the user passes (BoTorch models keep them input-transformed in eval mode)."""
+        model = self.model
+        if getattr(model, "input_transform", None) is not None:
+            X = getattr(model, "_original_train_inputs", None)
+            if X is None and not getattr(model, "_has_transformed_inputs", False):
+                X = model.train_inputs[0] if model.train_inputs else None
+            if X is None:
+                try:
+                    X = model.input_transform.untransform(self._train_inputs())
+                except (NotImplementedError, AttributeError, RuntimeError):
+                    return None
+            return X.unsqueeze(-1) if X.dim() == 1 else X
+        return self._train_inputs()
+
     @property
     def num_features(self) -> int:
         if self._dims is not None:
             return self._dims
+        if self.method == "autograd":
+            X = self._raw_train_inputs()
+            if X is None:
+                raise NotImplementedError(
+                    "The model's input transform cannot be inverted, so the raw input dimension is unknown."
+                )
+            return X.size(-1)
         return self._train_inputs().size(-1)
 
     # ------------------------------------------------------------------ conditioning
@@ -202,10 +278,48 @@ class _FunctionalPosterior:
             return model._build_prediction_strategy()
         return ensure_prediction_strategy(model)
 
+    def _refresh_caches(self) -> None:
+        r"""Drop the model's prediction caches when a parameter or buffer changed since they were built.
+
+        GPyTorch keeps an eval-mode ``prediction_strategy`` (mean cache, Cholesky, LOVE) after the first prediction
+        and does not notice later changes of ``likelihood.noise``, the outputscale, ... (their setters copy into
+        ``.data``, which leaves ``_version`` unchanged), so values are compared: the strategy carries a copy of every
+        parameter and buffer from when it was built here; a strategy without one (built by an earlier prediction)
+        or with another state is rebuilt. The copies are cheap next to any attribution.
+        """
+        model = self.model
+        if not _tracks_strategy(model):
+            return
+        strategy = model.prediction_strategy
+        if strategy is None:
+            return
+        tag = getattr(strategy, _STATE_ATTR, None)
+        if tag is None or not _same_state(tag, _model_state(model)):
+            model.prediction_strategy = None  # rebuilt, with our caches on it, at the next use
+
+    def _tag_caches(self) -> None:
+        model = self.model
+        if not _tracks_strategy(model):
+            return
+        strategy = model.prediction_strategy
+        if strategy is not None and getattr(strategy, _STATE_ATTR, None) is None:
+            setattr(strategy, _STATE_ATTR, [(n, t.clone()) for n, t in _model_state(model)])
+
     def _alpha(self, strategy) -> Tensor:
         r""":math:`\boldsymbol\alpha = \mathbf C^{-1}(\mathbf y - \mathbf m(\mathbf X))` in data space."""
         from ..models import GPXPredictionStrategy
 
+        if type(strategy) is DefaultPredictionStrategy and self._cholesky_size(strategy):
+            cached = getattr(strategy, "_gpytorch_explain_chol_alpha", None)
+            if cached is None:
+                L, _ = self._factor(strategy)
+                mvn = strategy.train_prior_dist
+                offset = (strategy.train_labels - mvn.loc).unsqueeze(-1)
+                if gsettings.detach_test_caches.on():
+                    offset = offset.detach()
+                cached = torch.cholesky_solve(offset.to(L), L).squeeze(-1)
+                strategy._gpytorch_explain_chol_alpha = cached
+            return cached
         if type(strategy) in (DefaultPredictionStrategy, GPXPredictionStrategy):
             # the same solve (and tolerance) as the model's own predictions
             with gsettings.cg_tolerance(gsettings.eval_cg_tolerance.value()):
@@ -232,8 +346,12 @@ class _FunctionalPosterior:
         if isinstance(strategy, GPXPredictionStrategy):
             if strategy.uses_cholesky:
                 return strategy.train_cholesky(), "cholesky"
-        elif strategy.num_train <= gsettings.max_cholesky_size.value():
-            return covar.cholesky().to_dense(), "cholesky"
+        elif self._cholesky_size(strategy):
+            cached = getattr(strategy, "_gpytorch_explain_cholesky", None)
+            if cached is None:
+                cached = covar.cholesky().to_dense()
+                strategy._gpytorch_explain_cholesky = cached
+            return cached, "cholesky"
         if gsettings.fast_pred_var.on():
             if type(strategy) in (DefaultPredictionStrategy, GPXPredictionStrategy):
                 root = strategy.covar_cache
@@ -241,6 +359,14 @@ class _FunctionalPosterior:
                 root = covar.root_inv_decomposition().root
             return root.to_dense() if hasattr(root, "to_dense") else root, "root"
         return covar.evaluate_kernel(), "solve"
+
+    @staticmethod
+    def _cholesky_size(strategy) -> bool:
+        """Whether the training covariance is factored densely: ``n`` up to the larger of GPyTorch's and
+        :class:`gpytorch_explain.settings.max_cholesky_size` (5000 by default; one Cholesky beats CG with ``m·D``
+        right-hand sides by far)."""
+        limit = max(gsettings.max_cholesky_size.value(), xsettings.max_cholesky_size.value())
+        return strategy.num_train <= limit
 
     # ------------------------------------------------------------------ inputs
     def _check_x(self, x) -> Tensor:
@@ -250,6 +376,13 @@ class _FunctionalPosterior:
             raise ValueError(f"x must be (m, D) (or batched (..., m, D)), got shape {tuple(x.shape)}.")
         if not x.is_floating_point():
             raise TypeError(f"x must be a floating-point tensor, got {x.dtype}.")
+        if x.dtype in (torch.float16, torch.bfloat16):
+            raise TypeError(
+                f"x has dtype {x.dtype}: attribution GPs need float32 or float64 (Cholesky factors and derived "
+                "covariances lose all accuracy in half precision). Convert the model and x with .float() or .double()."
+            )
+        if x.size(-2) == 0:
+            raise ValueError(f"x has no points (shape {tuple(x.shape)}).")
         D = self.num_features
         if x.size(-1) != D:
             raise ValueError(f"x has {x.size(-1)} columns but the model's inputs have D = {D}.")
@@ -258,6 +391,10 @@ class _FunctionalPosterior:
         X = self._train_inputs()
         if x.dtype != X.dtype:
             raise TypeError(f"x has dtype {x.dtype} but the model's training inputs are {X.dtype}.")
+        if self.method == "autograd" and x.dim() != 2:
+            raise NotImplementedError(
+                f"The autograd fallback takes x of shape (m, D), got {tuple(x.shape)}; call it per batch entry."
+            )
         return x.to(X.device)
 
     # ------------------------------------------------------------------ the posterior
@@ -273,12 +410,46 @@ class _FunctionalPosterior:
         :math:`q(\mathbf u)`, where :math:`\mathbf B` is only ``m x D x M``.
         """
         x = self._check_x(x)
+        if self.model.training:
+            raise ModelStateError("Attributions need the model in eval mode: call model.eval() first.")
+        self._refresh_caches()
+        if self.method == "autograd":
+            fn = self._autograd_call
+        else:
+            fn = self._closed_call
+        quadrature = isinstance(self.functional, IntegratedGradient) and (
+            self.method == "autograd" or uses_quadrature(self._kernel, self._mean)
+        )
+        if not (self.adaptive and quadrature):
+            out = fn(x, self.order)
+            self.last_order = self.order
+        else:
+            out, self.last_order = adaptive_call(fn, x, self.order, where=type(self).__name__)
+        self._tag_caches()
+        out.method = self.method
+        out.quadrature_order = self.last_order if quadrature else None
+        return out
+
+    def _autograd_call(self, x: Tensor, order: int) -> AttributionDistribution:
+        from .fallback import autograd_functional_moments, check_fallback_memory, input_scales
+
+        X = self._raw_train_inputs()
+        train = self.model.train_inputs[0] if getattr(self.model, "train_inputs", None) else None
+        check_fallback_memory(self.functional, x, order, 0 if train is None else train.size(-2))
+        mean, cov = autograd_functional_moments(self._joint, self.functional, x, order, input_scales(X, x))
+        shape = self._joint.output_shape(x)
+        m, D = x.shape
+        mean = mean.reshape(*shape, m, D)
+        cov = cov.reshape(*shape, m * D, m * D)
+        return AttributionDistribution(mean, cov, interleaved=True)
+
+    def _closed_call(self, x: Tensor, order: int) -> AttributionDistribution:
         if isinstance(self.model, ApproximateGP):
             from .variational import variational_functional_posterior
 
-            return variational_functional_posterior(self.model, self.functional, x, order=self.order)
+            return variational_functional_posterior(self.model, self.functional, x, order=order)
         if self._sgpr:
-            return sgpr_functional_posterior(self.model, self.functional, x, order=self.order)
+            return sgpr_functional_posterior(self.model, self.functional, x, order=order)
         strategy = self._strategy()
         X = self._train_inputs()
         if self._dims is not None:  # GPX with z = x: the kernel input is x itself
@@ -287,7 +458,7 @@ class _FunctionalPosterior:
         factor, factor_type = self._factor(strategy)
         if gsettings.detach_test_caches.on():
             X, alpha = X.detach(), alpha.detach()
-        derived = DerivedCovariance(self._kernel, self.functional, order=self.order)
+        derived = DerivedCovariance(self._kernel, self.functional, order=order)
         chunks = _point_chunks(x, X)
         if len(chunks) <= 1:  # everything at once
             rows = derived.cross(x, X)  # (*batch, m, D, n)
@@ -303,7 +474,7 @@ class _FunctionalPosterior:
                 x, X, factor, factor_type=factor_type, derived=derived, lazy_rows=True
             )
         if self._mean is not None:
-            mean = mean + functional_mean(self._mean, self.functional, x, order=self.order)
+            mean = mean + functional_mean(self._mean, self.functional, x, order=order)
         return AttributionDistribution(mean, covar, interleaved=True)
 
     def quadrature_error(self, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -315,10 +486,15 @@ class _FunctionalPosterior:
         """
         import copy
 
-        coarse = copy.copy(self)
-        coarse.order = max(2, self.order // 2)
         with torch.no_grad():
-            fine_post, coarse_post = self(x), coarse(x)
+            fine_post = self(x)
+        fine = copy.copy(self)
+        fine.adaptive = False
+        fine.order = self.last_order
+        coarse = copy.copy(fine)
+        coarse.order = max(2, fine.order // 2)
+        with torch.no_grad():
+            coarse_post = coarse(x)
             mean_err = (fine_post.mean - coarse_post.mean).abs()
             var_err = (fine_post.variance - coarse_post.variance).abs()
         return mean_err, var_err
@@ -373,7 +549,7 @@ class PosteriorGradient(_FunctionalPosterior):
         (torch.Size([3, 1]), torch.Size([3, 1]))
     """
 
-    def __init__(self, model: ExactGP, order: int = DEFAULT_ORDER):
+    def __init__(self, model: ExactGP, order: int | None = None):
         super().__init__(model, Gradient(), order=order)
 
 
@@ -419,18 +595,25 @@ class IntegratedGradients(_FunctionalPosterior):
         True
     """
 
-    def __init__(self, model: ExactGP, baseline: Tensor | None = None, order: int = DEFAULT_ORDER):
+    def __init__(self, model: ExactGP, baseline: Tensor | None = None, order: int | None = None):
         _FunctionalPosterior.__init__(self, model, Gradient(), order=order)
         self.functional = IntegratedGradient(self._check_baseline(baseline))
 
     def _check_baseline(self, baseline) -> Tensor:
-        X = self._train_inputs()
+        X = self._train_inputs() if self.method == "closed_form" else self._raw_train_inputs()
+        if X is None:
+            if baseline is None:
+                raise ValueError("The model's input transform cannot be inverted: pass the baseline explicitly.")
+            X = baseline
         if self._dims is not None:
             X = self.model.covar_module.split_inputs(X)[0]
         D = X.size(-1)
         if baseline is None:
             if X.dim() > 2:
-                raise ValueError("For batch models pass the baseline explicitly ((D,) or (k, D)).")
+                flat = X.reshape(-1, *X.shape[-2:])
+                if self.method == "closed_form" or not (flat == flat[:1]).all():
+                    raise ValueError("For batch models pass the baseline explicitly ((D,) or (k, D)).")
+                X = flat[0]  # batch-independent outputs on the same inputs (BoTorch multi-output)
             return X.detach().mean(0)
         if not torch.is_tensor(baseline):
             raise TypeError(f"baseline must be a torch.Tensor, got {type(baseline).__name__}.")
@@ -468,10 +651,38 @@ class IntegratedGradients(_FunctionalPosterior):
             red = cross @ factor.solve(cross.mT)
         return mean, prior - red
 
+    def _autograd_completeness(self, x: Tensor, attr) -> CompletenessGaps:
+        """Completeness against the model's own joint posterior of ``f(x)`` and ``f(b)`` (autograd path)."""
+        m, D = x.shape
+        shape = attr.mean.shape[:-2]
+        cov = attr.covariance_matrix.detach().reshape(*shape, m, D, m, D)
+        sum_mean = attr.mean.detach().sum(-1)
+        sum_var = torch.diagonal(cov, dim1=-4, dim2=-2).sum((-3, -2))  # (*shape, m)
+        b = self.baselines
+        kb = b.size(0)
+        w = torch.cat([torch.ones(1, dtype=x.dtype, device=x.device), torch.full((kb,), -1.0 / kb).to(x)])
+        mean_out, var_out = [], []
+        for p in range(m):
+            mean, cov_p = _latent(self._joint, x[p], b)
+            mean_out.append((mean * w).sum(-1))
+            var_out.append(((cov_p * w.unsqueeze(-1)) * w).sum((-1, -2)))
+        diff_mean = torch.stack(mean_out, dim=-1).reshape(sum_mean.shape)
+        diff_var = torch.stack(var_out, dim=-1).reshape(sum_var.shape)
+        return CompletenessGaps(
+            mean_gap=sum_mean - diff_mean,
+            variance_gap=sum_var - diff_var,
+            attribution_sum_mean=sum_mean,
+            prediction_difference_mean=diff_mean,
+            attribution_sum_variance=sum_var,
+            prediction_difference_variance=diff_var,
+        )
+
     def completeness(self, x: Tensor) -> CompletenessGaps:
         r"""Check completeness in mean and in distribution at ``x`` (``(m, D)``)."""
         x = self._check_x(x)
         attr = self(x)
+        if self.method == "autograd":
+            return self._autograd_completeness(x, attr)
         blocks = attr.lazy_covariance_matrix.point_blocks()
         sum_mean = attr.mean.sum(-1)
         sum_var = blocks.sum((-1, -2))
