@@ -45,6 +45,7 @@ from collections.abc import Callable
 
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
+from linear_operator import to_dense
 from torch import Tensor
 
 from .functionals import Functional, Gradient
@@ -68,8 +69,50 @@ class JointPosterior:
     def __init__(self, model):
         self.model = model
         self.botorch = _is_botorch_model(model)
+        self._dense = None
+
+    def _use_dense(self, Z: Tensor) -> bool:
+        """GPyTorch's multitask (Kronecker) predictive covariance is not differentiable in the test inputs (its
+        autograd mixed derivatives come out near the prior's): such models are conditioned densely here."""
+        if self._dense is None:
+            from gpytorch.models import ExactGP
+
+            self._dense = False
+            if isinstance(self.model, ExactGP) and not self.botorch:
+                with torch.no_grad():
+                    self._dense = isinstance(self.model.forward(Z[..., :1, :]), MultitaskMultivariateNormal)
+        return self._dense
+
+    def _dense_posterior(self, Z: Tensor) -> MultitaskMultivariateNormal:
+        r"""The exact posterior from the prior of ``forward`` on ``[X, Z]`` by one dense Cholesky:
+        :math:`\mathbf m_Z + \mathbf K_{ZX}\mathbf C^{-1}(\mathbf y - \mathbf m_X)`,
+        :math:`\mathbf K_{ZZ} - \mathbf K_{ZX}\mathbf C^{-1}\mathbf K_{XZ}` (:math:`\mathbf C` with the likelihood's
+        noise)."""
+        model = self.model
+        X = model.train_inputs[0]
+        n = X.size(-2)
+        full = torch.cat([X.expand(*Z.shape[:-2], *X.shape[-2:]), Z], dim=-2)
+        prior = model.forward(full)
+        T = prior.mean.size(-1)
+        mean = prior.mean.reshape(*prior.mean.shape[:-2], -1)  # interleaved (point, task)
+        K = _multitask_covariance(model, full, prior)
+        nt = n * T
+        with torch.no_grad():
+            train = model.forward(X)
+            C = model.likelihood(train).covariance_matrix
+            L = torch.linalg.cholesky(C)
+            y = model.train_targets.reshape(*model.train_targets.shape[:-2], -1)
+            alpha = torch.cholesky_solve((y - mean[..., :nt].detach()).unsqueeze(-1), L)
+        Kzx = K[..., nt:, :nt]
+        post_mean = mean[..., nt:] + (Kzx @ alpha).squeeze(-1)
+        V = torch.linalg.solve_triangular(L, Kzx.mT, upper=False)
+        post_cov = K[..., nt:, nt:] - V.mT @ V
+        N = Z.size(-2)
+        return MultitaskMultivariateNormal(post_mean.reshape(*post_mean.shape[:-1], N, T), post_cov, interleaved=True)
 
     def distribution(self, Z: Tensor):
+        if self._use_dense(Z):
+            return self._dense_posterior(Z)
         if self.botorch:
             post = self.model.posterior(Z)
             mvn = getattr(post, "mvn", None)
@@ -109,6 +152,33 @@ class JointPosterior:
         return dist.batch_shape
 
 
+def _multitask_covariance(model, full: Tensor, prior: MultitaskMultivariateNormal) -> Tensor:
+    """Interleaved prior covariance, twice differentiable in the inputs.
+
+    linear_operator's Kronecker product (``MultitaskKernel``) loses the second derivatives in its backward, so a
+    ``MultitaskKernel`` whose forward is ``k_data(x, x') ⊗ B`` is formed densely here; the result is checked against
+    the model's own prior values.
+    """
+    from gpytorch.kernels import MultitaskKernel
+
+    covar = getattr(model, "covar_module", None)
+    if type(covar) is MultitaskKernel:
+        kd = to_dense(covar.data_covar_module(full))
+        B = to_dense(covar.task_covar_module.covar_matrix)
+        K = (kd[..., :, None, :, None] * B[..., None, :, None, :]).reshape(
+            *kd.shape[:-2], *(s * B.size(-1) for s in kd.shape[-2:])
+        )
+        with torch.no_grad():
+            ref = prior.covariance_matrix.detach() if prior._interleaved else None
+        if ref is not None and torch.allclose(K.detach(), ref, rtol=1e-6, atol=1e-10 * float(ref.abs().max())):
+            return K
+    raise NotImplementedError(
+        f"Multi-task models are supported by the autograd fallback with a MultitaskKernel covar_module (interleaved); "
+        f"this one has {type(covar).__name__} (linear_operator's structured operators lose the second derivatives "
+        "the attribution covariances need)."
+    )
+
+
 def _is_botorch_model(model) -> bool:
     try:
         from botorch.models.model import Model
@@ -142,7 +212,7 @@ def _check_connected(value: Tensor, inputs: Tensor, what: str) -> None:
 
 
 def _grad(out: Tensor, inputs: Tensor, create_graph: bool = False) -> Tensor:
-    (g,) = torch.autograd.grad(out, inputs, create_graph=create_graph, allow_unused=True)
+    (g,) = torch.autograd.grad(out, inputs, create_graph=create_graph, retain_graph=True, allow_unused=True)
     if g is None:
         _check_connected(out.new_zeros(()), inputs, "output")
     return g

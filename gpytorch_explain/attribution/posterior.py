@@ -154,7 +154,7 @@ def _same_state(a: list[tuple[str, Tensor]], b: list[tuple[str, Tensor]]) -> boo
 class _FunctionalPosterior:
     r"""Posterior of a linear functional :math:`\mathcal L f` of a trained ``ExactGP``'s latent :math:`f`."""
 
-    def __init__(self, model: ExactGP, functional: Functional, order: int | None = None):
+    def __init__(self, model: ExactGP, functional: Functional, order: int | None = None, method: str = "auto"):
         if not isinstance(model, ExactGP | ApproximateGP):
             raise TypeError(f"model must be a gpytorch ExactGP (or ApproximateGP), got {type(model).__name__}.")
         self.model = model
@@ -163,7 +163,11 @@ class _FunctionalPosterior:
         self.order = DEFAULT_ORDER if order is None else _check_order(order)
         #: the order the last adaptive call used (``order`` itself when not adaptive)
         self.last_order = self.order
-        reason = fallback_reason(model)
+        if method not in ("auto", "closed_form", "autograd"):
+            raise ValueError(f"method must be 'auto', 'closed_form' or 'autograd', got {method!r}.")
+        reason = fallback_reason(model) if method != "autograd" else "method='autograd' was requested"
+        if method == "closed_form" and reason is not None:
+            raise NotImplementedError(f"The closed forms do not apply to this {type(model).__name__}: {reason}.")
         #: ``"closed_form"`` (mean_module/covar_module differentiated directly) or ``"autograd"`` (the model's own
         #: joint posterior differentiated, see :mod:`~gpytorch_explain.attribution.fallback`)
         self.method = "closed_form" if reason is None else "autograd"
@@ -174,6 +178,8 @@ class _FunctionalPosterior:
         else:
             self._kernel, self._mean, self._dims, self._sgpr = None, None, None, False
             self._joint = JointPosterior(model)
+            if method == "autograd":
+                return
             warnings.warn(
                 f"{type(self).__name__}: the closed forms do not apply to this {type(model).__name__} because "
                 f"{reason}; using the exact autograd fallback on the model's own joint posterior "
@@ -549,8 +555,8 @@ class PosteriorGradient(_FunctionalPosterior):
         (torch.Size([3, 1]), torch.Size([3, 1]))
     """
 
-    def __init__(self, model: ExactGP, order: int | None = None):
-        super().__init__(model, Gradient(), order=order)
+    def __init__(self, model: ExactGP, order: int | None = None, method: str = "auto"):
+        super().__init__(model, Gradient(), order=order, method=method)
 
 
 class IntegratedGradients(_FunctionalPosterior):
@@ -595,8 +601,10 @@ class IntegratedGradients(_FunctionalPosterior):
         True
     """
 
-    def __init__(self, model: ExactGP, baseline: Tensor | None = None, order: int | None = None):
-        _FunctionalPosterior.__init__(self, model, Gradient(), order=order)
+    def __init__(
+        self, model: ExactGP, baseline: Tensor | None = None, order: int | None = None, method: str = "auto"
+    ):
+        _FunctionalPosterior.__init__(self, model, Gradient(), order=order, method=method)
         self.functional = IntegratedGradient(self._check_baseline(baseline))
 
     def _check_baseline(self, baseline) -> Tensor:
