@@ -288,7 +288,7 @@ def input_scales(X: Tensor | None, like: Tensor) -> Tensor:
 def autograd_covariance(joint: JointPosterior, nodes: Tensor, weights: Tensor, scales: Tensor) -> Tensor:
     r"""Joint covariance ``(T, m·D, m·D)`` (interleaved) by Richardson-extrapolated mixed derivatives."""
     delta = 1e-4 if nodes.dtype == torch.float64 else 3e-2
-    u = scales.to(nodes) / math.sqrt(nodes.size(-1))
+    u = scales.to(nodes) / math.sqrt(max(1, int((scales != 0).sum())))
     h1, h2, h4 = (_mixed(joint, nodes, weights, c * delta * u) for c in (1.0, 2.0, 4.0))
     H = (8.0 * h1 - 6.0 * h2 + h4) / 3.0
     T, m, D = H.shape[0], H.shape[1], H.shape[2]
@@ -301,7 +301,13 @@ def autograd_functional_moments(
 ) -> tuple[Tensor, Tensor]:
     """Mean ``(T, m, D)`` and joint covariance ``(T, m·D, m·D)`` of the functional at ``x`` ``(m, D)``."""
     nodes, weights = path_nodes(functional, x, order)
-    return autograd_mean(joint, nodes, weights), autograd_covariance(joint, nodes, weights, scales)
+    mean = autograd_mean(joint, nodes, weights)
+    # shift only along columns the posterior depends on: a shifted categorical column (compared by equality in
+    # e.g. BoTorch's CategoricalKernel) would change the covariance instead of avoiding the coincidence
+    live = (mean != 0).reshape(-1, x.size(-1)).any(0)
+    if not live.any():
+        live = torch.ones_like(live)
+    return mean, autograd_covariance(joint, nodes, weights, scales * live.to(scales))
 
 
 def latent_moments(joint: JointPosterior, points: Tensor) -> tuple[Tensor, Tensor]:

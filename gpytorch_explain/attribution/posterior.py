@@ -14,6 +14,7 @@ from gpytorch.kernels import Kernel, LinearKernel, ProductKernel
 from gpytorch.likelihoods import _GaussianLikelihoodBase
 from gpytorch.models import ApproximateGP, ExactGP
 from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
+from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
 
 from .. import settings as xsettings
@@ -447,7 +448,19 @@ class _FunctionalPosterior:
         m, D = x.shape
         mean = mean.reshape(*shape, m, D)
         cov = cov.reshape(*shape, m * D, m * D)
-        return AttributionDistribution(mean, cov, interleaved=True)
+        var = cov.diagonal(dim1=-2, dim2=-1).reshape(*shape, m, D)
+        dead = ((mean == 0) & (var == 0)).reshape(-1, m, D).all(0).all(0)
+        if dead.any() and not getattr(self, "_warned_dead", False):
+            self._warned_dead = True
+            cols = dead.nonzero().flatten().tolist()
+            warnings.warn(
+                f"{type(self).__name__}: input columns {cols} have exactly zero gradient and zero variance at every "
+                "point: the model's posterior does not depend on them differentiably (categorical columns, e.g. of a "
+                "MixedSingleTaskGP, or ignored inputs). Their attributions are not defined; integrated gradients "
+                "through such columns are incomplete (check completeness(x)).",
+                stacklevel=3,
+            )
+        return AttributionDistribution(mean, DenseLinearOperator(cov), interleaved=True)
 
     def _closed_call(self, x: Tensor, order: int) -> AttributionDistribution:
         if isinstance(self.model, ApproximateGP):
