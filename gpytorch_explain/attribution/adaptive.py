@@ -66,10 +66,12 @@ def adaptive_call(
     x: Tensor,
     start: int,
     where: str = "IntegratedGradients",
-    rtol: float = QUADRATURE_RTOL,
-    max_order: int = MAX_ORDER,
+    rtol: float | None = None,
+    max_order: int | None = None,
 ):
     """``fn(x, q)`` at doubling orders from ``start`` until converged (see the module docs); ``(result, order)``."""
+    rtol = QUADRATURE_RTOL if rtol is None else rtol
+    max_order = MAX_ORDER if max_order is None else max_order
     order = int(start)
     prev = fn(x, order)
     pm, ps = _moments(prev)
