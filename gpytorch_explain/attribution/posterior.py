@@ -325,7 +325,8 @@ class _FunctionalPosterior:
                 if gsettings.detach_test_caches.on():
                     offset = offset.detach()
                 cached = torch.cholesky_solve(offset.to(L), L).squeeze(-1)
-                strategy._gpytorch_explain_chol_alpha = cached
+                if not cached.requires_grad:  # a graph must not be reused across backward passes
+                    strategy._gpytorch_explain_chol_alpha = cached
             return cached
         if type(strategy) in (DefaultPredictionStrategy, GPXPredictionStrategy):
             # the same solve (and tolerance) as the model's own predictions
@@ -357,7 +358,8 @@ class _FunctionalPosterior:
             cached = getattr(strategy, "_gpytorch_explain_cholesky", None)
             if cached is None:
                 cached = covar.cholesky().to_dense()
-                strategy._gpytorch_explain_cholesky = cached
+                if not cached.requires_grad:
+                    strategy._gpytorch_explain_cholesky = cached
             return cached, "cholesky"
         if gsettings.fast_pred_var.on():
             if type(strategy) in (DefaultPredictionStrategy, GPXPredictionStrategy):
@@ -593,7 +595,21 @@ class IntegratedGradients(_FunctionalPosterior):
         (see :class:`PosteriorGradient`).
     :param baseline: ``None`` (the mean of the training inputs, or of the inducing points for a
         variational model), a ``(D,)`` tensor, or ``(k, D)`` baselines.
-    :param order: Gauss–Legendre order for kernels without closed forms.
+    :param order: Gauss–Legendre order for kernels without closed forms; ``None`` (default) is adaptive: orders
+        32, 64, ... until two agree to :data:`~gpytorch_explain.attribution.adaptive.QUADRATURE_RTOL` of each point's
+        attribution scale (up to 1024, else a ``QuadratureWarning`` with the numbers). The order used is
+        ``last_order`` and ``attr.quadrature_order``.
+    :param method: ``"auto"`` (closed forms when verified, see below, else the autograd fallback), ``"closed_form"``
+        (raise if not verified) or ``"autograd"``.
+
+    **Closed forms or autograd.** The closed forms differentiate ``mean_module``/``covar_module`` of the raw
+    inputs, so they are used only when :func:`~gpytorch_explain.attribution.detection.fallback_reason` verifies
+    that the model's ``forward`` is exactly that (no feature extractor, no BoTorch input/outcome transform, a
+    single-output kernel; compared at probe points). Otherwise (deep kernel learning, BoTorch ``SingleTaskGP`` with
+    ``Normalize``/``Standardize``, ``MultitaskKernel`` models, user ``forward``\ s) the attribution GP comes from the
+    model's own joint posterior by autograd (:mod:`~gpytorch_explain.attribution.fallback`), in the units the user
+    sees, with ``method == "autograd"`` on this object and on the result and an ``AutogradFallbackWarning`` once.
+    Multi-output models give a batch of per-output attributions, mean ``(outputs, m, D)``.
 
     Example:
         >>> import torch, gpytorch
