@@ -51,7 +51,15 @@ from torch import Tensor
 from .functionals import Functional, Gradient
 from .generic import KernelNotDifferentiableError
 
-__all__ = ["JointPosterior", "autograd_functional_moments", "check_fallback_memory", "available_memory", "path_nodes"]
+__all__ = [
+    "JointPosterior",
+    "autograd_functional_moments",
+    "available_memory",
+    "check_fallback_memory",
+    "fallback_completeness",
+    "fallback_posterior",
+    "path_nodes",
+]
 
 #: largest number of elements of the batched second-stage gradients held at once
 _MAX_BATCHED = 2**25
@@ -355,3 +363,67 @@ def check_fallback_memory(functional: Functional, x: Tensor, order: int, num_tra
             "smaller explicit order=, or use a model the closed forms cover (mean_module + covar_module of the raw "
             "inputs; SGPR or variational models for large n)."
         )
+
+
+# --------------------------------------------------------------------------- used by PosteriorGradient / IG
+def fallback_posterior(owner, x: Tensor, order: int):
+    """The attribution distribution of ``owner`` (a ``PosteriorGradient``/``IntegratedGradients`` on the autograd
+    path) at ``x`` ``(m, D)``: mean ``(*outputs, m, D)``, dense interleaved covariance."""
+    import warnings
+
+    from linear_operator.operators import DenseLinearOperator
+
+    from .posterior import AttributionDistribution
+
+    X = owner._raw_train_inputs()
+    inputs = getattr(owner.model, "train_inputs", None)
+    n = inputs[0].size(-2) if inputs else 0
+    check_fallback_memory(owner.functional, x, order, n)
+    mean, cov = autograd_functional_moments(owner._joint, owner.functional, x, order, input_scales(X, x))
+    shape = owner._joint.output_shape(x)
+    m, D = x.shape
+    mean = mean.reshape(*shape, m, D)
+    cov = cov.reshape(*shape, m * D, m * D)
+    var = cov.diagonal(dim1=-2, dim2=-1).reshape(*shape, m, D)
+    dead = ((mean == 0) & (var == 0)).reshape(-1, m, D).all(0).all(0)
+    if dead.any() and not getattr(owner, "_warned_dead", False):
+        owner._warned_dead = True
+        cols = dead.nonzero().flatten().tolist()
+        warnings.warn(
+            f"{type(owner).__name__}: input columns {cols} have exactly zero gradient and zero variance at every "
+            "point: the model's posterior does not depend on them differentiably (categorical columns, e.g. of a "
+            "MixedSingleTaskGP, or ignored inputs). Their attributions are not defined; integrated gradients "
+            "through such columns are incomplete (check completeness(x)).",
+            stacklevel=4,
+        )
+    return AttributionDistribution(mean, DenseLinearOperator(cov), interleaved=True)
+
+
+def fallback_completeness(owner, x: Tensor, attr):
+    """Completeness of an autograd-path IG against the model's own joint posterior of ``f(x)`` and ``f(b)``."""
+    from .posterior import CompletenessGaps
+
+    m, D = x.shape
+    shape = attr.mean.shape[:-2]
+    cov = attr.covariance_matrix.detach().reshape(*shape, m, D, m, D)
+    sum_mean = attr.mean.detach().sum(-1)
+    sum_var = torch.diagonal(cov, dim1=-4, dim2=-2).sum((-3, -2))  # (*shape, m)
+    b = owner.baselines
+    kb = b.size(0)
+    w = torch.cat([torch.ones(1, dtype=x.dtype, device=x.device), torch.full((kb,), -1.0 / kb).to(x)])
+    mean_out, var_out = [], []
+    for p in range(m):
+        with torch.no_grad():
+            mean, cov_p = owner._joint(torch.cat([x[p : p + 1], b], dim=-2))
+        mean_out.append((mean * w).sum(-1))
+        var_out.append(((cov_p * w.unsqueeze(-1)) * w).sum((-1, -2)))
+    diff_mean = torch.stack(mean_out, dim=-1).reshape(sum_mean.shape)
+    diff_var = torch.stack(var_out, dim=-1).reshape(sum_var.shape)
+    return CompletenessGaps(
+        mean_gap=sum_mean - diff_mean,
+        variance_gap=sum_var - diff_var,
+        attribution_sum_mean=sum_mean,
+        prediction_difference_mean=diff_mean,
+        attribution_sum_variance=sum_var,
+        prediction_difference_variance=diff_var,
+    )

@@ -14,7 +14,6 @@ from gpytorch.kernels import Kernel, LinearKernel, ProductKernel
 from gpytorch.likelihoods import _GaussianLikelihoodBase
 from gpytorch.models import ApproximateGP, ExactGP
 from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
-from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
 
 from .. import settings as xsettings
@@ -23,6 +22,7 @@ from ..operators import AttributionPosteriorLinearOperator
 from ..utils import ensure_prediction_strategy
 from .adaptive import AutogradFallbackWarning, adaptive_call
 from .adaptive import check_order as _check_order
+from .caches import refresh_prediction_caches, tag_prediction_caches
 from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean, uses_quadrature
 from .detection import fallback_reason
 from .fallback import JointPosterior
@@ -122,34 +122,6 @@ def _reject_inducing_point_kernel(kernel: Kernel, where: str) -> None:
             "ExactGP whose covar_module is the InducingPointKernel itself (its base kernel may be any supported "
             "kernel, e.g. ScaleKernel(RBFKernel()))."
         )
-
-
-_STATE_ATTR = "_gpytorch_explain_state"
-
-
-def _latent(joint: JointPosterior, point: Tensor, baselines: Tensor) -> tuple[Tensor, Tensor]:
-    """Joint posterior of the latent at ``[point, baselines]``: mean ``(T, 1 + k)``, covariance ``(T, 1+k, 1+k)``."""
-    with torch.no_grad():
-        return joint(torch.cat([point.unsqueeze(0), baselines], dim=-2))
-
-
-def _tracks_strategy(model) -> bool:
-    from ..models import GPXModel
-
-    return isinstance(model, ExactGP) and not isinstance(model, GPXModel)
-
-
-def _model_state(model) -> list[tuple[str, Tensor]]:
-    return [(n, t.detach()) for n, t in list(model.named_parameters()) + list(model.named_buffers())]
-
-
-def _same_state(a: list[tuple[str, Tensor]], b: list[tuple[str, Tensor]]) -> bool:
-    if len(a) != len(b):
-        return False
-    for (na, ta), (nb, tb) in zip(a, b, strict=True):
-        if na != nb or ta.shape != tb.shape or not torch.equal(ta, tb):
-            return False
-    return True
 
 
 class _FunctionalPosterior:
@@ -286,31 +258,10 @@ class _FunctionalPosterior:
         return ensure_prediction_strategy(model)
 
     def _refresh_caches(self) -> None:
-        r"""Drop the model's prediction caches when a parameter or buffer changed since they were built.
-
-        GPyTorch keeps an eval-mode ``prediction_strategy`` (mean cache, Cholesky, LOVE) after the first prediction
-        and does not notice later changes of ``likelihood.noise``, the outputscale, ... (their setters copy into
-        ``.data``, which leaves ``_version`` unchanged), so values are compared: the strategy carries a copy of every
-        parameter and buffer from when it was built here; a strategy without one (built by an earlier prediction)
-        or with another state is rebuilt. The copies are cheap next to any attribution.
-        """
-        model = self.model
-        if not _tracks_strategy(model):
-            return
-        strategy = model.prediction_strategy
-        if strategy is None:
-            return
-        tag = getattr(strategy, _STATE_ATTR, None)
-        if tag is None or not _same_state(tag, _model_state(model)):
-            model.prediction_strategy = None  # rebuilt, with our caches on it, at the next use
+        refresh_prediction_caches(self.model)
 
     def _tag_caches(self) -> None:
-        model = self.model
-        if not _tracks_strategy(model):
-            return
-        strategy = model.prediction_strategy
-        if strategy is not None and getattr(strategy, _STATE_ATTR, None) is None:
-            setattr(strategy, _STATE_ATTR, [(n, t.clone()) for n, t in _model_state(model)])
+        tag_prediction_caches(self.model)
 
     def _alpha(self, strategy) -> Tensor:
         r""":math:`\boldsymbol\alpha = \mathbf C^{-1}(\mathbf y - \mathbf m(\mathbf X))` in data space."""
@@ -440,29 +391,9 @@ class _FunctionalPosterior:
         return out
 
     def _autograd_call(self, x: Tensor, order: int) -> AttributionDistribution:
-        from .fallback import autograd_functional_moments, check_fallback_memory, input_scales
+        from .fallback import fallback_posterior
 
-        X = self._raw_train_inputs()
-        train = self.model.train_inputs[0] if getattr(self.model, "train_inputs", None) else None
-        check_fallback_memory(self.functional, x, order, 0 if train is None else train.size(-2))
-        mean, cov = autograd_functional_moments(self._joint, self.functional, x, order, input_scales(X, x))
-        shape = self._joint.output_shape(x)
-        m, D = x.shape
-        mean = mean.reshape(*shape, m, D)
-        cov = cov.reshape(*shape, m * D, m * D)
-        var = cov.diagonal(dim1=-2, dim2=-1).reshape(*shape, m, D)
-        dead = ((mean == 0) & (var == 0)).reshape(-1, m, D).all(0).all(0)
-        if dead.any() and not getattr(self, "_warned_dead", False):
-            self._warned_dead = True
-            cols = dead.nonzero().flatten().tolist()
-            warnings.warn(
-                f"{type(self).__name__}: input columns {cols} have exactly zero gradient and zero variance at every "
-                "point: the model's posterior does not depend on them differentiably (categorical columns, e.g. of a "
-                "MixedSingleTaskGP, or ignored inputs). Their attributions are not defined; integrated gradients "
-                "through such columns are incomplete (check completeness(x)).",
-                stacklevel=3,
-            )
-        return AttributionDistribution(mean, DenseLinearOperator(cov), interleaved=True)
+        return fallback_posterior(self, x, order)
 
     def _closed_call(self, x: Tensor, order: int) -> AttributionDistribution:
         if isinstance(self.model, ApproximateGP):
@@ -688,38 +619,14 @@ class IntegratedGradients(_FunctionalPosterior):
             red = cross @ factor.solve(cross.mT)
         return mean, prior - red
 
-    def _autograd_completeness(self, x: Tensor, attr) -> CompletenessGaps:
-        """Completeness against the model's own joint posterior of ``f(x)`` and ``f(b)`` (autograd path)."""
-        m, D = x.shape
-        shape = attr.mean.shape[:-2]
-        cov = attr.covariance_matrix.detach().reshape(*shape, m, D, m, D)
-        sum_mean = attr.mean.detach().sum(-1)
-        sum_var = torch.diagonal(cov, dim1=-4, dim2=-2).sum((-3, -2))  # (*shape, m)
-        b = self.baselines
-        kb = b.size(0)
-        w = torch.cat([torch.ones(1, dtype=x.dtype, device=x.device), torch.full((kb,), -1.0 / kb).to(x)])
-        mean_out, var_out = [], []
-        for p in range(m):
-            mean, cov_p = _latent(self._joint, x[p], b)
-            mean_out.append((mean * w).sum(-1))
-            var_out.append(((cov_p * w.unsqueeze(-1)) * w).sum((-1, -2)))
-        diff_mean = torch.stack(mean_out, dim=-1).reshape(sum_mean.shape)
-        diff_var = torch.stack(var_out, dim=-1).reshape(sum_var.shape)
-        return CompletenessGaps(
-            mean_gap=sum_mean - diff_mean,
-            variance_gap=sum_var - diff_var,
-            attribution_sum_mean=sum_mean,
-            prediction_difference_mean=diff_mean,
-            attribution_sum_variance=sum_var,
-            prediction_difference_variance=diff_var,
-        )
-
     def completeness(self, x: Tensor) -> CompletenessGaps:
         r"""Check completeness in mean and in distribution at ``x`` (``(m, D)``)."""
         x = self._check_x(x)
         attr = self(x)
         if self.method == "autograd":
-            return self._autograd_completeness(x, attr)
+            from .fallback import fallback_completeness
+
+            return fallback_completeness(self, x, attr)
         blocks = attr.lazy_covariance_matrix.point_blocks()
         sum_mean = attr.mean.sum(-1)
         sum_var = blocks.sum((-1, -2))
