@@ -76,8 +76,10 @@ def test_single_task_gp_with_normalize_and_standardize():
     model = SingleTaskGP(X, Y, input_transform=Normalize(3), outcome_transform=Standardize(1))
     model = _fit_free(model)
     x = torch.tensor([[0.4, 150.0, 1.0], [1.5, 320.0, -2.5]], dtype=DTYPE)
-    with pytest.warns(AutogradFallbackWarning, match="input_transform"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AutogradFallbackWarning)  # Normalize/Standardize: closed forms, chain rule
         pg = PosteriorGradient(model)
+    assert pg.method == "closed_form"
     post = pg(x)
     _close(post.mean, _grad_mean(model, x), 1e-10, "gradient mean (raw units)")
     # columns have very different scales: compare each covariance entry to its own diagonal scale
@@ -85,12 +87,16 @@ def test_single_task_gp_with_normalize_and_standardize():
     sd = ref.diagonal().sqrt()
     _close(post.covariance_matrix / (sd[:, None] * sd), ref / (sd[:, None] * sd), 1e-5, "gradient correlation")
     _close(post.variance.reshape(-1), ref.diagonal(), 1e-5, "gradient variance")
+    auto = PosteriorGradient(model, method="autograd")(x)  # the fallback agrees with the chain rule
+    _close(auto.covariance_matrix / (sd[:, None] * sd), post.covariance_matrix / (sd[:, None] * sd), 1e-7, "auto")
 
     # IG: completeness against the BoTorch posterior (raw units), default baseline = the raw training mean
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", AutogradFallbackWarning)
-        ig = IntegratedGradients(model)
+    ig = IntegratedGradients(model)
+    assert ig.method == "closed_form"
     assert torch.allclose(ig.baselines[0], X.mean(0))
+    ig_auto = IntegratedGradients(model, order=48, method="autograd")(x)
+    _close(ig(x).mean, ig_auto.mean, 1e-8, "IG mean, closed vs autograd")
+    _close(ig(x).covariance_matrix, ig_auto.covariance_matrix, 1e-7, "IG covariance, closed vs autograd")
     gaps = ig.completeness(x)
     mean_scale = gaps.prediction_difference_mean.abs().max()
     var_scale = gaps.prediction_difference_variance.abs().max()
@@ -137,3 +143,12 @@ def test_mixed_single_task_gp_continuous_columns():
     got = post.covariance_matrix[cont][:, cont]
     sd = fd.diagonal().sqrt()
     _close(got / (sd[:, None] * sd), fd / (sd[:, None] * sd), 1e-5, "continuous gradient correlation")
+
+
+def test_partial_normalize_takes_the_fallback_with_a_reason():
+    X, Y, lo, hi = _data()
+    model = _fit_free(SingleTaskGP(X, Y, input_transform=Normalize(3, indices=[0, 1]), outcome_transform=None))
+    with pytest.warns(AutogradFallbackWarning, match="input_transform"):
+        pg = PosteriorGradient(model)
+    x = torch.tensor([[0.4, 150.0, 1.0]], dtype=DTYPE)
+    _close(pg(x).mean, _grad_mean(model, x), 1e-10, "gradient mean")

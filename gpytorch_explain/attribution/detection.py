@@ -32,7 +32,7 @@ from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNorm
 from gpytorch.kernels import Kernel
 from linear_operator import to_dense
 
-__all__ = ["fallback_reason", "MULTITASK_KERNELS"]
+__all__ = ["affine_transforms", "fallback_reason", "MULTITASK_KERNELS"]
 
 #: kernels whose outputs are indexed by task: the closed forms are single-output
 MULTITASK_KERNELS = ("IndexKernel", "MultitaskKernel", "LCMKernel", "PositiveIndexKernel")
@@ -52,10 +52,11 @@ def fallback_reason(model) -> str | None:
 
     if isinstance(model, GPXModel):
         return None
+    affine = affine_transforms(model)
     for attr in ("input_transform", "outcome_transform"):
         tf = getattr(model, attr, None)
-        if tf is not None:
-            return f"it has an {attr} ({type(tf).__name__})"
+        if tf is not None and affine is None:
+            return f"it has an {attr} ({type(tf).__name__}) that is not a fixed affine map of all columns"
     if _is_botorch(model) and getattr(model, "num_outputs", 1) > 1:
         return f"it is a BoTorch model with {model.num_outputs} outputs"
     covar = getattr(model, "covar_module", None)
@@ -66,6 +67,57 @@ def fallback_reason(model) -> str | None:
     if hit:
         return f"its covar_module contains the multi-task kernel {sorted(hit)[0]}"
     return _probe_forward(model)
+
+
+def affine_transforms(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    r"""``(coefficient (D,), offset (D,), outcome std ())`` when a BoTorch model's transforms are fixed affine maps.
+
+    BoTorch's ``Normalize``/``AffineInputTransform`` over all columns maps :math:`\mathbf u = (\mathbf x -
+    \mathbf o)/\mathbf c` and ``Standardize(m=1)`` maps the outcome :math:`y = \mu_y + \sigma_y\tilde y`, so the
+    user's latent is :math:`f(\mathbf x) = \mu_y + \sigma_y\tilde f(\mathbf u)` and by the chain rule
+    :math:`\partial_i f = (\sigma_y/c_i)\,\partial_{u_i}\tilde f`, while integrated gradients along the straight
+    path (which stays straight in :math:`\mathbf u`) are :math:`\mathrm{IG}_i f(\mathbf x) = \sigma_y
+    \mathrm{IG}_i\tilde f(\mathbf u)`. ``None`` for any other transform, or none at all.
+    """
+    if not _is_botorch(model):
+        return None
+    tin = getattr(model, "input_transform", None)
+    tout = getattr(model, "outcome_transform", None)
+    if tin is None and tout is None:
+        return None
+    dtype_like = model.train_inputs[0] if getattr(model, "train_inputs", None) else None
+    if dtype_like is None:
+        return None
+    D = dtype_like.size(-1)
+    coef = torch.ones(D, dtype=dtype_like.dtype, device=dtype_like.device)
+    offset = torch.zeros_like(coef)
+    ystd = torch.ones((), dtype=coef.dtype, device=coef.device)
+    if tin is not None:
+        from botorch.models.transforms.input import AffineInputTransform
+
+        if type(tin) not in _affine_input_types() or getattr(tin, "indices", None) is not None:
+            return None
+        if not isinstance(tin, AffineInputTransform) or tin.learn_coefficients and tin.training:
+            return None
+        if not getattr(model, "_has_transformed_inputs", False):  # train_inputs must be in transformed units
+            return None
+        c, o = tin.coefficient.detach(), tin.offset.detach()
+        if c.numel() != D or o.numel() != D:
+            return None
+        coef, offset = c.reshape(D).to(coef), o.reshape(D).to(coef)
+    if tout is not None:
+        from botorch.models.transforms.outcome import Standardize
+
+        if type(tout) is not Standardize or tout._m != 1 or tout.stdvs.numel() != 1:
+            return None
+        ystd = tout.stdvs.detach().reshape(()).to(coef)
+    return coef, offset, ystd
+
+
+def _affine_input_types() -> tuple[type, ...]:
+    from botorch.models.transforms.input import AffineInputTransform, InputStandardize, Normalize
+
+    return (Normalize, InputStandardize, AffineInputTransform)
 
 
 def _probe_points(model) -> torch.Tensor | None:

@@ -14,6 +14,7 @@ from gpytorch.kernels import Kernel, LinearKernel, ProductKernel
 from gpytorch.likelihoods import _GaussianLikelihoodBase
 from gpytorch.models import ApproximateGP, ExactGP
 from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
+from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
 from .. import settings as xsettings
@@ -24,7 +25,7 @@ from .adaptive import AutogradFallbackWarning, adaptive_call
 from .adaptive import check_order as _check_order
 from .caches import refresh_prediction_caches, tag_prediction_caches
 from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean, uses_quadrature
-from .detection import fallback_reason
+from .detection import affine_transforms, fallback_reason
 from .fallback import JointPosterior
 from .functionals import Functional, Gradient, IntegratedGradient
 from .sgpr import (
@@ -145,9 +146,13 @@ class _FunctionalPosterior:
         #: joint posterior differentiated, see :mod:`~gpytorch_explain.attribution.fallback`)
         self.method = "closed_form" if reason is None else "autograd"
         self.fallback_reason = reason
+        #: BoTorch's fixed affine transforms (Normalize, Standardize) are undone in closed form (chain rule)
+        self._affine = affine_transforms(model) if reason is None else None
         if reason is None:
             self._kernel, self._mean, self._dims = self._model_parts(model)
             self._sgpr = is_sgpr_model(model)
+            if self._affine is not None:
+                self._joint = JointPosterior(model)  # completeness in the user's units
         else:
             self._kernel, self._mean, self._dims, self._sgpr = None, None, None, False
             self._joint = JointPosterior(model)
@@ -396,6 +401,24 @@ class _FunctionalPosterior:
         return fallback_posterior(self, x, order)
 
     def _closed_call(self, x: Tensor, order: int) -> AttributionDistribution:
+        if self._affine is None:
+            return self._closed_call_raw(x, order)
+        coef, offset, ystd = self._affine
+        raw_functional = self.functional
+        if isinstance(raw_functional, IntegratedGradient):
+            self.functional = IntegratedGradient((raw_functional.baselines - offset) / coef)
+            scale = ystd.expand(x.size(-1))
+        else:
+            scale = ystd / coef
+        try:
+            out = self._closed_call_raw((x - offset) / coef, order)
+        finally:
+            self.functional = raw_functional
+        s = scale.repeat(x.size(-2))
+        covar = DiagLinearOperator(s) @ out.lazy_covariance_matrix @ DiagLinearOperator(s)
+        return AttributionDistribution(out.mean * scale, covar, interleaved=True)
+
+    def _closed_call_raw(self, x: Tensor, order: int) -> AttributionDistribution:
         if isinstance(self.model, ApproximateGP):
             from .variational import variational_functional_posterior
 
@@ -568,7 +591,7 @@ class IntegratedGradients(_FunctionalPosterior):
         self.functional = IntegratedGradient(self._check_baseline(baseline))
 
     def _check_baseline(self, baseline) -> Tensor:
-        X = self._train_inputs() if self.method == "closed_form" else self._raw_train_inputs()
+        X = self._raw_train_inputs()
         if X is None:
             if baseline is None:
                 raise ValueError("The model's input transform cannot be inverted: pass the baseline explicitly.")
@@ -623,7 +646,7 @@ class IntegratedGradients(_FunctionalPosterior):
         r"""Check completeness in mean and in distribution at ``x`` (``(m, D)``)."""
         x = self._check_x(x)
         attr = self(x)
-        if self.method == "autograd":
+        if self.method == "autograd" or self._affine is not None:
             from .fallback import fallback_completeness
 
             return fallback_completeness(self, x, attr)
