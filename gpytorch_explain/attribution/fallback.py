@@ -34,8 +34,8 @@ inputs' column scales over :math:`\sqrt D`), at :math:`\delta, 2\delta, 4\delta`
 :math:`\delta = 10^{-4}` in float64 (relative error about :math:`10^{-12}(\text{scale}/\ell)^3`) and
 :math:`3\cdot10^{-2}` in float32.
 
-Cost: one model call on :math:`2N` points (:math:`N = m\times` nodes) and :math:`mD` batched backward passes, three
-times. Memory grows as :math:`mD\,N^2`; the calls are chunked.
+Cost: one model call on :math:`4N` points (:math:`N = m\times` nodes: the nodes and three shifted copies) and
+:math:`mD` batched backward passes. Memory grows as :math:`mD\,N^2`; the calls are chunked.
 """
 
 from __future__ import annotations
@@ -116,7 +116,10 @@ class JointPosterior:
         V = torch.linalg.solve_triangular(L, Kzx.mT, upper=False)
         post_cov = K[..., nt:, nt:] - V.mT @ V
         N = Z.size(-2)
-        return MultitaskMultivariateNormal(post_mean.reshape(*post_mean.shape[:-1], N, T), post_cov, interleaved=True)
+        from linear_operator.operators import DenseLinearOperator
+
+        mean_nt = post_mean.reshape(*post_mean.shape[:-1], N, T)
+        return MultitaskMultivariateNormal(mean_nt, DenseLinearOperator(post_cov), interleaved=True)
 
     def distribution(self, Z: Tensor):
         if self._use_dense(Z):
@@ -248,16 +251,19 @@ def _mean_only(joint: JointPosterior, A: Tensor) -> tuple[Tensor, None]:
     return mean.reshape(-1, A.size(-2)), None
 
 
-def _mixed(joint: JointPosterior, nodes: Tensor, weights: Tensor, shift: Tensor) -> Tensor:
-    """Contracted mixed derivatives of Σ(a, a' + shift), ``(T, m, D, m, D)``."""
+def _mixed(joint: JointPosterior, nodes: Tensor, weights: Tensor, shifts: list[tuple[float, Tensor]]) -> Tensor:
+    r"""Contracted mixed derivatives of :math:`\sum_c w_c\Sigma(\mathbf a, \mathbf a' + \mathbf s_c)` for
+    ``shifts`` :math:`[(w_c, \mathbf s_c)]`, ``(T, m, D, m, D)``: one model call on all shifted copies (the second
+    argument is one leaf, so :math:`\partial_{\mathbf a'}` of each term is its mixed derivative)."""
     m, L, D = nodes.shape
     N = m * L
     with torch.enable_grad():
         A = nodes.detach().reshape(N, D).clone().requires_grad_(True)
-        B = (nodes.detach().reshape(N, D) + shift).requires_grad_(True)
-        _, cov = joint(torch.cat([A, B], dim=-2))
+        B = nodes.detach().reshape(N, D).clone().requires_grad_(True)
+        Bs = [B + shift for _, shift in shifts]
+        _, cov = joint(torch.cat([A, *Bs], dim=-2))
         _check_connected(cov, A, "covariance")
-        S = cov[..., :N, N:]  # (T, N, N)
+        S = sum(w * cov[..., :N, N * (k + 1) : N * (k + 2)] for k, (w, _) in enumerate(shifts))  # (T, N, N)
         outs = []
         for t in range(S.size(0)):
             g = _grad(S[t].sum(), A, create_graph=True)  # (N, D): Σ_P' ∂_i S[P, P']
@@ -297,8 +303,7 @@ def autograd_covariance(joint: JointPosterior, nodes: Tensor, weights: Tensor, s
     r"""Joint covariance ``(T, m·D, m·D)`` (interleaved) by Richardson-extrapolated mixed derivatives."""
     delta = 1e-4 if nodes.dtype == torch.float64 else 3e-2
     u = scales.to(nodes) / math.sqrt(max(1, int((scales != 0).sum())))
-    h1, h2, h4 = (_mixed(joint, nodes, weights, c * delta * u) for c in (1.0, 2.0, 4.0))
-    H = (8.0 * h1 - 6.0 * h2 + h4) / 3.0
+    H = _mixed(joint, nodes, weights, [(8.0 / 3.0, delta * u), (-2.0, 2.0 * delta * u), (1.0 / 3.0, 4.0 * delta * u)])
     T, m, D = H.shape[0], H.shape[1], H.shape[2]
     H = H.reshape(T, m * D, m * D)
     return 0.5 * (H + H.mT)
@@ -349,7 +354,7 @@ def fallback_memory_estimate(functional: Functional, x: Tensor, order: int, num_
     N = m * nodes
     size = x.element_size()
     rows = min(m * D, max(1, _MAX_BATCHED // max(1, N * N)))
-    return size * (6 * (num_train + 2 * N) ** 2 + 4 * rows * N * N + 8 * N * num_train)
+    return size * (6 * (num_train + 4 * N) ** 2 + 4 * rows * N * N + 8 * N * num_train)
 
 
 def check_fallback_memory(functional: Functional, x: Tensor, order: int, num_train: int = 0) -> None:
