@@ -182,3 +182,25 @@ def test_attribution_plots_show_one_std_and_say_so():
     ax2 = plot_attribution_path(ig, X[0], num=5)
     assert "±1 posterior std" in ax2.get_ylabel()
     assert ax2.get_legend() is not None and "band" in ax2.get_legend().get_title().get_text()
+
+
+def test_memory_and_cg_path_are_announced(monkeypatch):
+    import gpytorch_explain.attribution.fallback as fallback_module
+
+    g = torch.Generator().manual_seed(5)
+    X = torch.rand(40, 2, generator=g, dtype=DTYPE)
+    model = GP(X, X.sum(-1), gpytorch.kernels.RBFKernel()).to(DTYPE).eval()
+    xs = X[:2] + 0.01
+    monkeypatch.setattr(fallback_module, "available_memory", lambda device: 1000)  # 1 kB free
+    with pytest.raises(MemoryError, match=r"(?s)40 x 40 training covariance.*SGPR"):
+        PosteriorGradient(model)(xs)
+    with pytest.raises(MemoryError, match=r"(?s)autograd fallback.*fewer points"):
+        PosteriorGradient(model, method="autograd")(xs)
+    monkeypatch.undo()
+    model.prediction_strategy = None
+    with (
+        gpytorch.settings.max_cholesky_size(0),
+        gpytorch_explain.settings.max_cholesky_size(0),
+        pytest.warns(UserWarning, match=r"(?s)n = 40 training points is above max_cholesky_size.*fast_pred_var"),
+    ):
+        PosteriorGradient(model)(xs)

@@ -125,6 +125,22 @@ def _reject_inducing_point_kernel(kernel: Kernel, where: str) -> None:
         )
 
 
+def _check_dense_memory(n: int, covar) -> None:
+    """Raise ``MemoryError`` with the estimate and the alternatives when a dense ``n x n`` factor cannot fit."""
+    from .fallback import available_memory
+
+    need = 3 * n * n * covar.dtype.itemsize
+    free = available_memory(covar.device)
+    if free is not None and need > 0.8 * free:
+        raise MemoryError(
+            f"Attribution GPs factor the {n} x {n} training covariance densely (about {need / 2**30:.1f} GiB), more "
+            f"than the {free / 2**30:.1f} GiB free on {covar.device}. Lower "
+            "gpytorch_explain.settings.max_cholesky_size below n (CG / LOVE under gpytorch.settings.fast_pred_var()), "
+            "or use an SGPR (InducingPointKernel) or "
+            "variational model."
+        )
+
+
 class _FunctionalPosterior:
     r"""Posterior of a linear functional :math:`\mathcal L f` of a trained ``ExactGP``'s latent :math:`f`."""
 
@@ -313,6 +329,7 @@ class _FunctionalPosterior:
         elif self._cholesky_size(strategy):
             cached = getattr(strategy, "_gpytorch_explain_cholesky", None)
             if cached is None:
+                _check_dense_memory(strategy.num_train, covar)
                 cached = covar.cholesky().to_dense()
                 if not cached.requires_grad:
                     strategy._gpytorch_explain_cholesky = cached
@@ -323,6 +340,19 @@ class _FunctionalPosterior:
             else:
                 root = covar.root_inv_decomposition().root
             return root.to_dense() if hasattr(root, "to_dense") else root, "root"
+        if not getattr(self, "_warned_cg", False):
+            self._warned_cg = True
+            n = strategy.num_train
+            warnings.warn(
+                f"{type(self).__name__}: n = {n} training points is above max_cholesky_size "
+                f"({max(gsettings.max_cholesky_size.value(), xsettings.max_cholesky_size.value())}), so the "
+                f"attribution covariances use CG with D right-hand sides per point (memory about "
+                f"{8 * n * 64 * covar.dtype.itemsize / 2**30:.2f} GiB per 64 right-hand sides, time growing with "
+                f"the number of points). Alternatives: gpytorch.settings.fast_pred_var() (LOVE), a larger "
+                f"gpytorch_explain.settings.max_cholesky_size if {n}² entries "
+                f"({3 * n * n * covar.dtype.itemsize / 2**30:.1f} GiB) fit in memory, or an SGPR / variational model.",
+                stacklevel=4,
+            )
         return covar.evaluate_kernel(), "solve"
 
     @staticmethod
