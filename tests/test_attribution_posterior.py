@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import gpytorch_explain
 from gpytorch_explain import IntegratedGradients, PosteriorGradient
 
 DTYPE = torch.float64
@@ -447,7 +448,12 @@ def test_iterative_and_love_paths():
         exact_cov = exact.covariance_matrix
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with torch.no_grad(), gpytorch.settings.max_cholesky_size(0), gpytorch.settings.eval_cg_tolerance(1e-10):
+        with (
+            torch.no_grad(),
+            gpytorch.settings.max_cholesky_size(0),
+            gpytorch_explain.settings.max_cholesky_size(0),
+            gpytorch.settings.eval_cg_tolerance(1e-10),
+        ):
             model.prediction_strategy = None
             ig = IntegratedGradients(model, baseline=torch.zeros(X.size(-1), dtype=DTYPE))
             cg = ig(xs)

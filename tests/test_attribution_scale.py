@@ -21,6 +21,7 @@ import pytest
 import torch
 from linear_operator import to_dense
 
+import gpytorch_explain
 import gpytorch_explain.attribution.posterior as posterior_module
 import gpytorch_explain.attribution.sgpr as sgpr_module
 import gpytorch_explain.operators.block_posterior_linear_operator as block_module
@@ -433,7 +434,8 @@ def test_exact_chunked_equals_unchunked(monkeypatch, path, kind, functional):
     D = 3
     xs = _points(5, D, seed=22)
     if functional == "ig":
-        make = lambda mdl: IntegratedGradients(mdl, baseline=_points(2, D, seed=23) * 0.4)  # noqa: E731
+        # a fixed order: the comparison is about chunking, not the adaptive quadrature
+        make = lambda mdl: IntegratedGradients(mdl, baseline=_points(2, D, seed=23) * 0.4, order=32)  # noqa: E731
     else:
         make = PosteriorGradient
     rhs = torch.randn(*batch, 5 * D, 2, generator=torch.Generator().manual_seed(24), dtype=DTYPE)
@@ -442,10 +444,15 @@ def test_exact_chunked_equals_unchunked(monkeypatch, path, kind, functional):
         # CG with a full-rank pivoted-Cholesky preconditioner: converged to round-off, so chunks cannot differ
         "solve": [
             gpytorch.settings.max_cholesky_size(0),
+            gpytorch_explain.settings.max_cholesky_size(0),
             gpytorch.settings.min_preconditioning_size(0),
             gpytorch.settings.max_preconditioner_size(40),
         ],
-        "root": [gpytorch.settings.max_cholesky_size(0), gpytorch.settings.fast_pred_var()],
+        "root": [
+            gpytorch.settings.max_cholesky_size(0),
+            gpytorch_explain.settings.max_cholesky_size(0),
+            gpytorch.settings.fast_pred_var(),
+        ],
     }[path]
     with torch.no_grad():
         for s in settings:

@@ -21,7 +21,7 @@ from torch import Tensor
 from . import generic, rbf
 from .functionals import Functional, Gradient, IntegratedGradient
 
-__all__ = ["DerivedCovariance", "functional_mean"]
+__all__ = ["DerivedCovariance", "functional_mean", "uses_quadrature"]
 
 #: default Gauss–Legendre order of the generic path integrals
 DEFAULT_ORDER = 32
@@ -73,16 +73,31 @@ class DerivedCovariance:
         return _derived(self.kernel, self.functional, "point", (x,), self.order)
 
 
+def uses_quadrature(kernel: Kernel, mean: Mean | None = None) -> bool:
+    """Whether integrated gradients of ``kernel`` (and ``mean``) need Gauss–Legendre path integrals."""
+    if type(kernel) is ScaleKernel and kernel.active_dims is None:
+        return uses_quadrature(kernel.base_kernel, mean)
+    if type(kernel) is AdditiveKernel and kernel.active_dims is None:
+        return any(uses_quadrature(k) for k in kernel.kernels) or uses_quadrature_mean(mean)
+    if type(kernel) in (RBFKernel, LinearKernel, RFFKernel):
+        return uses_quadrature_mean(mean)
+    return True
+
+
+def uses_quadrature_mean(mean: Mean | None) -> bool:
+    return mean is not None and type(mean) not in (ZeroMean, ConstantMean, LinearMean)
+
+
 # --------------------------------------------------------------------------- dispatch
 def _derived(kernel: Kernel, functional: Functional, what: str, args: tuple[Tensor, ...], order: int) -> Tensor:
-    if isinstance(kernel, ScaleKernel) and kernel.active_dims is None:
+    if type(kernel) is ScaleKernel and kernel.active_dims is None:
         res = _derived(kernel.base_kernel, functional, what, args, order)
         scale = kernel.outputscale
         return scale.view(*scale.shape, *([1] * (res.dim() - scale.dim()))) * res
-    if isinstance(kernel, AdditiveKernel) and kernel.active_dims is None:
+    if type(kernel) is AdditiveKernel and kernel.active_dims is None:
         parts = [_derived(k, functional, what, args, order) for k in kernel.kernels]
         return _sum_broadcast(parts)
-    if isinstance(kernel, RBFKernel | LinearKernel | RFFKernel):
+    if type(kernel) in (RBFKernel, LinearKernel, RFFKernel):  # exact types: a subclass may change forward
         return _closed_form(kernel, functional, what, args)
     return _generic(kernel, functional, what, args, order)
 
@@ -266,10 +281,10 @@ def functional_mean(mean: Mean, functional: Functional, x: Tensor, order: int = 
     :math:`\Delta_i w_i` averaged over baselines); other differentiable means by autograd and
     Gauss–Legendre quadrature of order ``order``.
     """
-    if isinstance(mean, ZeroMean | ConstantMean):
+    if type(mean) in (ZeroMean, ConstantMean):
         batch = torch.broadcast_shapes(x.shape[:-2], _mean_batch(mean))
         return x.new_zeros(*batch, *x.shape[-2:])
-    if isinstance(mean, LinearMean):
+    if type(mean) is LinearMean:
         w = mean.weights.squeeze(-1)  # (*batch, D)
         if isinstance(functional, Gradient):
             return w.unsqueeze(-2).expand(*torch.broadcast_shapes(w.shape[:-1], x.shape[:-2]), *x.shape[-2:])

@@ -476,6 +476,21 @@ def _grad_vec(y: Tensor, x: Tensor) -> Tensor:
     return torch.zeros_like(x) if g is None else g
 
 
+def _check_connected(K: Tensor, s: Tensor, t: Tensor, name: str) -> None:
+    """Raise when ``K`` does not reach the input shifts ``s``/``t`` through autograd (forward left torch)."""
+    connected = K.requires_grad
+    if connected:
+        grads = torch.autograd.grad(K.sum(), (s, t), retain_graph=True, allow_unused=True)
+        connected = all(g is not None for g in grads)
+    if not connected:
+        raise KernelNotDifferentiableError(
+            f"{name}'s output is disconnected from autograd with respect to its inputs (its forward leaves torch, "
+            "e.g. computes in numpy and wraps the result with torch.tensor, or detaches x): its derivatives cannot "
+            "be taken, and returning zeros would claim 'no effect' with zero variance. Implement forward with "
+            "differentiable torch operations."
+        )
+
+
 def _autograd_leaf(kernel: Kernel, x1: Tensor, x2: Tensor, npd: int, need: int, use_call: bool) -> _Derivs:
     r"""Values/derivatives of an arbitrary kernel by autograd (see the module docs).
 
@@ -531,6 +546,7 @@ def _autograd_leaf(kernel: Kernel, x1: Tensor, x2: Tensor, npd: int, need: int, 
             K = K.expand(K.shape[0], *bshape, m1, m2)
             res = _Derivs(back(K.detach(), 0))
             if need >= 1:
+                _check_connected(K, s, t, name)
                 v = torch.ones_like(K, requires_grad=True)
                 total = (K * v).sum()
                 gs = _grad_vec(total, s)
@@ -541,6 +557,8 @@ def _autograd_leaf(kernel: Kernel, x1: Tensor, x2: Tensor, npd: int, need: int, 
                     hst = torch.stack([_grad_vec(gs[i], t) for i in range(d)])
                     h = _batched_grad(hst.reshape(-1), v).reshape(d, d, *v.shape)
                     res.h = back(h.movedim(0, -1).movedim(0, -1), 2)
+    except KernelNotDifferentiableError:
+        raise
     except (RuntimeError, NotImplementedError) as err:
         raise NotImplementedError(
             f"Autograd derivatives of {name} failed ({err}). The kernel needs closed-form support or must be "

@@ -24,10 +24,14 @@ def plot_attribution_bars(
     i: int = 0,
     feature_names: Sequence[str] | None = None,
     ax=None,
-    num_std: float = 2.0,
+    num_std: float = 1.0,
     top_k: int | None = None,
 ):
-    """Bar chart of point ``i``'s attributions with ``± num_std`` standard-deviation error bars.
+    """Bar chart of point ``i``'s attributions with error bars of ``± num_std`` posterior standard deviations.
+
+    The project's convention is ±1 std (the default); the axis label always states the width, e.g.
+    "attribution (error bars: ±1 posterior std, latent)". The std is the attribution GP's: the uncertainty of
+    the latent function's attribution, without observation noise.
 
     :param attributions: The output of :class:`~gpytorch_explain.IntegratedGradients` or
         :class:`~gpytorch_explain.PosteriorGradient`, mean ``(m, D)``.
@@ -70,7 +74,7 @@ def plot_attribution_bars(
     ax.set_yticks(range(len(order)))
     ax.set_yticklabels([names[j] for j in order])
     ax.axvline(0.0, color="black", linewidth=0.8)
-    ax.set_xlabel(f"attribution (± {num_std:g} std)")
+    ax.set_xlabel(f"attribution (error bars: ±{num_std:g} posterior std, latent)")
     ax.figure.tight_layout()
     return ax
 
@@ -82,9 +86,10 @@ def plot_attribution_path(
     features: Sequence[int] | None = None,
     feature_names: Sequence[str] | None = None,
     ax=None,
-    num_std: float = 2.0,
+    num_std: float = 1.0,
 ):
-    r"""Attributions along the straight path from the baseline to ``x`` with ``± num_std`` bands.
+    r"""Attributions along the straight path from the baseline to ``x`` with bands of ``± num_std`` posterior stds
+    (±1 std by default, the project's convention; the axis label and the legend title state the width).
 
     Evaluates the attribution GP at :math:`\mathbf b + t(\mathbf x - \mathbf b)` for ``num``
     values of :math:`t \in [0, 1]` (the figure of Seitz et al.'s synthetic example: the
@@ -122,7 +127,7 @@ def plot_attribution_path(
         )
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xlabel("path parameter t  (baseline → x)")
-    ax.set_ylabel(f"attribution (± {num_std:g} std)")
-    ax.legend(loc="best")
+    ax.set_ylabel(f"attribution (bands: ±{num_std:g} posterior std, latent)")
+    ax.legend(loc="best", title=f"feature (band: ±{num_std:g} std)")
     ax.figure.tight_layout()
     return ax

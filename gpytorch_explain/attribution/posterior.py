@@ -14,12 +14,19 @@ from gpytorch.kernels import Kernel, LinearKernel, ProductKernel
 from gpytorch.likelihoods import _GaussianLikelihoodBase
 from gpytorch.models import ApproximateGP, ExactGP
 from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
+from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
+from .. import settings as xsettings
 from ..errors import ModelStateError
 from ..operators import AttributionPosteriorLinearOperator
 from ..utils import ensure_prediction_strategy
-from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean
+from .adaptive import AutogradFallbackWarning, adaptive_call
+from .adaptive import check_order as _check_order
+from .caches import refresh_prediction_caches, tag_prediction_caches
+from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean, uses_quadrature
+from .detection import affine_transforms, fallback_reason
+from .fallback import JointPosterior
 from .functionals import Functional, Gradient, IntegratedGradient
 from .sgpr import (
     contains_inducing_point_kernel,
@@ -118,15 +125,62 @@ def _reject_inducing_point_kernel(kernel: Kernel, where: str) -> None:
         )
 
 
+def _check_dense_memory(n: int, covar) -> None:
+    """Raise ``MemoryError`` with the estimate and the alternatives when a dense ``n x n`` factor cannot fit."""
+    from .fallback import available_memory
+
+    need = 3 * n * n * covar.dtype.itemsize
+    free = available_memory(covar.device)
+    if free is not None and need > 0.8 * free:
+        raise MemoryError(
+            f"Attribution GPs factor the {n} x {n} training covariance densely (about {need / 2**30:.1f} GiB), more "
+            f"than the {free / 2**30:.1f} GiB free on {covar.device}. Lower "
+            "gpytorch_explain.settings.max_cholesky_size below n (CG / LOVE under gpytorch.settings.fast_pred_var()), "
+            "or use an SGPR (InducingPointKernel) or "
+            "variational model."
+        )
+
+
 class _FunctionalPosterior:
     r"""Posterior of a linear functional :math:`\mathcal L f` of a trained ``ExactGP``'s latent :math:`f`."""
 
-    def __init__(self, model: ExactGP, functional: Functional, order: int = DEFAULT_ORDER):
+    def __init__(self, model: ExactGP, functional: Functional, order: int | None = None, method: str = "auto"):
+        if not isinstance(model, ExactGP | ApproximateGP):
+            raise TypeError(f"model must be a gpytorch ExactGP (or ApproximateGP), got {type(model).__name__}.")
         self.model = model
         self.functional = functional
-        self.order = int(order)
-        self._kernel, self._mean, self._dims = self._model_parts(model)
-        self._sgpr = is_sgpr_model(model)
+        self.adaptive = order is None
+        self.order = DEFAULT_ORDER if order is None else _check_order(order)
+        #: the order the last adaptive call used (``order`` itself when not adaptive)
+        self.last_order = self.order
+        if method not in ("auto", "closed_form", "autograd"):
+            raise ValueError(f"method must be 'auto', 'closed_form' or 'autograd', got {method!r}.")
+        reason = fallback_reason(model) if method != "autograd" else "method='autograd' was requested"
+        if method == "closed_form" and reason is not None:
+            raise NotImplementedError(f"The closed forms do not apply to this {type(model).__name__}: {reason}.")
+        #: ``"closed_form"`` (mean_module/covar_module differentiated directly) or ``"autograd"`` (the model's own
+        #: joint posterior differentiated, see :mod:`~gpytorch_explain.attribution.fallback`)
+        self.method = "closed_form" if reason is None else "autograd"
+        self.fallback_reason = reason
+        #: BoTorch's fixed affine transforms (Normalize, Standardize) are undone in closed form (chain rule)
+        self._affine = affine_transforms(model) if reason is None else None
+        if reason is None:
+            self._kernel, self._mean, self._dims = self._model_parts(model)
+            self._sgpr = is_sgpr_model(model)
+            if self._affine is not None:
+                self._joint = JointPosterior(model)  # completeness in the user's units
+        else:
+            self._kernel, self._mean, self._dims, self._sgpr = None, None, None, False
+            self._joint = JointPosterior(model)
+            if method == "autograd":
+                return
+            warnings.warn(
+                f"{type(self).__name__}: the closed forms do not apply to this {type(model).__name__} because "
+                f"{reason}; using the exact autograd fallback on the model's own joint posterior "
+                "(method='autograd'; slower, O(m·D) backward passes).",
+                AutogradFallbackWarning,
+                stacklevel=3,
+            )
 
     # ------------------------------------------------------------------ model inspection
     @staticmethod
@@ -184,10 +238,32 @@ class _FunctionalPosterior:
             X = X.unsqueeze(-1)
         return X
 
+    def _raw_train_inputs(self) -> Tensor | None:
+        """Training inputs in the units the user passes (BoTorch models keep them input-transformed in eval mode)."""
+        model = self.model
+        if getattr(model, "input_transform", None) is not None:
+            X = getattr(model, "_original_train_inputs", None)
+            if X is None and not getattr(model, "_has_transformed_inputs", False):
+                X = model.train_inputs[0] if model.train_inputs else None
+            if X is None:
+                try:
+                    X = model.input_transform.untransform(self._train_inputs())
+                except (NotImplementedError, AttributeError, RuntimeError):
+                    return None
+            return X.unsqueeze(-1) if X.dim() == 1 else X
+        return self._train_inputs()
+
     @property
     def num_features(self) -> int:
         if self._dims is not None:
             return self._dims
+        if self.method == "autograd":
+            X = self._raw_train_inputs()
+            if X is None:
+                raise NotImplementedError(
+                    "The model's input transform cannot be inverted, so the raw input dimension is unknown."
+                )
+            return X.size(-1)
         return self._train_inputs().size(-1)
 
     # ------------------------------------------------------------------ conditioning
@@ -202,10 +278,28 @@ class _FunctionalPosterior:
             return model._build_prediction_strategy()
         return ensure_prediction_strategy(model)
 
+    def _refresh_caches(self) -> None:
+        refresh_prediction_caches(self.model)
+
+    def _tag_caches(self) -> None:
+        tag_prediction_caches(self.model)
+
     def _alpha(self, strategy) -> Tensor:
         r""":math:`\boldsymbol\alpha = \mathbf C^{-1}(\mathbf y - \mathbf m(\mathbf X))` in data space."""
         from ..models import GPXPredictionStrategy
 
+        if type(strategy) is DefaultPredictionStrategy and self._cholesky_size(strategy):
+            cached = getattr(strategy, "_gpytorch_explain_chol_alpha", None)
+            if cached is None:
+                L, _ = self._factor(strategy)
+                mvn = strategy.train_prior_dist
+                offset = (strategy.train_labels - mvn.loc).unsqueeze(-1)
+                if gsettings.detach_test_caches.on():
+                    offset = offset.detach()
+                cached = torch.cholesky_solve(offset.to(L), L).squeeze(-1)
+                if not cached.requires_grad:  # a graph must not be reused across backward passes
+                    strategy._gpytorch_explain_chol_alpha = cached
+            return cached
         if type(strategy) in (DefaultPredictionStrategy, GPXPredictionStrategy):
             # the same solve (and tolerance) as the model's own predictions
             with gsettings.cg_tolerance(gsettings.eval_cg_tolerance.value()):
@@ -232,15 +326,42 @@ class _FunctionalPosterior:
         if isinstance(strategy, GPXPredictionStrategy):
             if strategy.uses_cholesky:
                 return strategy.train_cholesky(), "cholesky"
-        elif strategy.num_train <= gsettings.max_cholesky_size.value():
-            return covar.cholesky().to_dense(), "cholesky"
+        elif self._cholesky_size(strategy):
+            cached = getattr(strategy, "_gpytorch_explain_cholesky", None)
+            if cached is None:
+                _check_dense_memory(strategy.num_train, covar)
+                cached = covar.cholesky().to_dense()
+                if not cached.requires_grad:
+                    strategy._gpytorch_explain_cholesky = cached
+            return cached, "cholesky"
         if gsettings.fast_pred_var.on():
             if type(strategy) in (DefaultPredictionStrategy, GPXPredictionStrategy):
                 root = strategy.covar_cache
             else:
                 root = covar.root_inv_decomposition().root
             return root.to_dense() if hasattr(root, "to_dense") else root, "root"
+        if not getattr(self, "_warned_cg", False):
+            self._warned_cg = True
+            n = strategy.num_train
+            warnings.warn(
+                f"{type(self).__name__}: n = {n} training points is above max_cholesky_size "
+                f"({max(gsettings.max_cholesky_size.value(), xsettings.max_cholesky_size.value())}), so the "
+                f"attribution covariances use CG with D right-hand sides per point (memory about "
+                f"{8 * n * 64 * covar.dtype.itemsize / 2**30:.2f} GiB per 64 right-hand sides, time growing with "
+                f"the number of points). Alternatives: gpytorch.settings.fast_pred_var() (LOVE), a larger "
+                f"gpytorch_explain.settings.max_cholesky_size if {n}² entries "
+                f"({3 * n * n * covar.dtype.itemsize / 2**30:.1f} GiB) fit in memory, or an SGPR / variational model.",
+                stacklevel=4,
+            )
         return covar.evaluate_kernel(), "solve"
+
+    @staticmethod
+    def _cholesky_size(strategy) -> bool:
+        """Whether the training covariance is factored densely: ``n`` up to the larger of GPyTorch's and
+        :class:`gpytorch_explain.settings.max_cholesky_size` (5000 by default; one Cholesky beats CG with ``m·D``
+        right-hand sides by far)."""
+        limit = max(gsettings.max_cholesky_size.value(), xsettings.max_cholesky_size.value())
+        return strategy.num_train <= limit
 
     # ------------------------------------------------------------------ inputs
     def _check_x(self, x) -> Tensor:
@@ -250,6 +371,13 @@ class _FunctionalPosterior:
             raise ValueError(f"x must be (m, D) (or batched (..., m, D)), got shape {tuple(x.shape)}.")
         if not x.is_floating_point():
             raise TypeError(f"x must be a floating-point tensor, got {x.dtype}.")
+        if x.dtype in (torch.float16, torch.bfloat16):
+            raise TypeError(
+                f"x has dtype {x.dtype}: attribution GPs need float32 or float64 (Cholesky factors and derived "
+                "covariances lose all accuracy in half precision). Convert the model and x with .float() or .double()."
+            )
+        if x.size(-2) == 0:
+            raise ValueError(f"x has no points (shape {tuple(x.shape)}).")
         D = self.num_features
         if x.size(-1) != D:
             raise ValueError(f"x has {x.size(-1)} columns but the model's inputs have D = {D}.")
@@ -258,6 +386,10 @@ class _FunctionalPosterior:
         X = self._train_inputs()
         if x.dtype != X.dtype:
             raise TypeError(f"x has dtype {x.dtype} but the model's training inputs are {X.dtype}.")
+        if self.method == "autograd" and x.dim() != 2:
+            raise NotImplementedError(
+                f"The autograd fallback takes x of shape (m, D), got {tuple(x.shape)}; call it per batch entry."
+            )
         return x.to(X.device)
 
     # ------------------------------------------------------------------ the posterior
@@ -273,12 +405,56 @@ class _FunctionalPosterior:
         :math:`q(\mathbf u)`, where :math:`\mathbf B` is only ``m x D x M``.
         """
         x = self._check_x(x)
+        if self.model.training:
+            raise ModelStateError("Attributions need the model in eval mode: call model.eval() first.")
+        self._refresh_caches()
+        if self.method == "autograd":
+            fn = self._autograd_call
+        else:
+            fn = self._closed_call
+        quadrature = isinstance(self.functional, IntegratedGradient) and (
+            self.method == "autograd" or uses_quadrature(self._kernel, self._mean)
+        )
+        if not (self.adaptive and quadrature):
+            out = fn(x, self.order)
+            self.last_order = self.order
+        else:
+            out, self.last_order = adaptive_call(fn, x, self.order, where=type(self).__name__)
+        self._tag_caches()
+        out.method = self.method
+        out.quadrature_order = self.last_order if quadrature else None
+        return out
+
+    def _autograd_call(self, x: Tensor, order: int) -> AttributionDistribution:
+        from .fallback import fallback_posterior
+
+        return fallback_posterior(self, x, order)
+
+    def _closed_call(self, x: Tensor, order: int) -> AttributionDistribution:
+        if self._affine is None:
+            return self._closed_call_raw(x, order)
+        coef, offset, ystd = self._affine
+        raw_functional = self.functional
+        if isinstance(raw_functional, IntegratedGradient):
+            self.functional = IntegratedGradient((raw_functional.baselines - offset) / coef)
+            scale = ystd.expand(x.size(-1))
+        else:
+            scale = ystd / coef
+        try:
+            out = self._closed_call_raw((x - offset) / coef, order)
+        finally:
+            self.functional = raw_functional
+        s = scale.repeat(x.size(-2))
+        covar = DiagLinearOperator(s) @ out.lazy_covariance_matrix @ DiagLinearOperator(s)
+        return AttributionDistribution(out.mean * scale, covar, interleaved=True)
+
+    def _closed_call_raw(self, x: Tensor, order: int) -> AttributionDistribution:
         if isinstance(self.model, ApproximateGP):
             from .variational import variational_functional_posterior
 
-            return variational_functional_posterior(self.model, self.functional, x, order=self.order)
+            return variational_functional_posterior(self.model, self.functional, x, order=order)
         if self._sgpr:
-            return sgpr_functional_posterior(self.model, self.functional, x, order=self.order)
+            return sgpr_functional_posterior(self.model, self.functional, x, order=order)
         strategy = self._strategy()
         X = self._train_inputs()
         if self._dims is not None:  # GPX with z = x: the kernel input is x itself
@@ -287,7 +463,7 @@ class _FunctionalPosterior:
         factor, factor_type = self._factor(strategy)
         if gsettings.detach_test_caches.on():
             X, alpha = X.detach(), alpha.detach()
-        derived = DerivedCovariance(self._kernel, self.functional, order=self.order)
+        derived = DerivedCovariance(self._kernel, self.functional, order=order)
         chunks = _point_chunks(x, X)
         if len(chunks) <= 1:  # everything at once
             rows = derived.cross(x, X)  # (*batch, m, D, n)
@@ -303,7 +479,7 @@ class _FunctionalPosterior:
                 x, X, factor, factor_type=factor_type, derived=derived, lazy_rows=True
             )
         if self._mean is not None:
-            mean = mean + functional_mean(self._mean, self.functional, x, order=self.order)
+            mean = mean + functional_mean(self._mean, self.functional, x, order=order)
         return AttributionDistribution(mean, covar, interleaved=True)
 
     def quadrature_error(self, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -315,10 +491,15 @@ class _FunctionalPosterior:
         """
         import copy
 
-        coarse = copy.copy(self)
-        coarse.order = max(2, self.order // 2)
         with torch.no_grad():
-            fine_post, coarse_post = self(x), coarse(x)
+            fine_post = self(x)
+        fine = copy.copy(self)
+        fine.adaptive = False
+        fine.order = self.last_order
+        coarse = copy.copy(fine)
+        coarse.order = max(2, fine.order // 2)
+        with torch.no_grad():
+            coarse_post = coarse(x)
             mean_err = (fine_post.mean - coarse_post.mean).abs()
             var_err = (fine_post.variance - coarse_post.variance).abs()
         return mean_err, var_err
@@ -373,8 +554,8 @@ class PosteriorGradient(_FunctionalPosterior):
         (torch.Size([3, 1]), torch.Size([3, 1]))
     """
 
-    def __init__(self, model: ExactGP, order: int = DEFAULT_ORDER):
-        super().__init__(model, Gradient(), order=order)
+    def __init__(self, model: ExactGP, order: int | None = None, method: str = "auto"):
+        super().__init__(model, Gradient(), order=order, method=method)
 
 
 class IntegratedGradients(_FunctionalPosterior):
@@ -398,7 +579,21 @@ class IntegratedGradients(_FunctionalPosterior):
         (see :class:`PosteriorGradient`).
     :param baseline: ``None`` (the mean of the training inputs, or of the inducing points for a
         variational model), a ``(D,)`` tensor, or ``(k, D)`` baselines.
-    :param order: Gauss–Legendre order for kernels without closed forms.
+    :param order: Gauss–Legendre order for kernels without closed forms; ``None`` (default) is adaptive: orders
+        32, 64, ... until two agree to :data:`~gpytorch_explain.attribution.adaptive.QUADRATURE_RTOL` of each point's
+        attribution scale (up to 1024, else a ``QuadratureWarning`` with the numbers). The order used is
+        ``last_order`` and ``attr.quadrature_order``.
+    :param method: ``"auto"`` (closed forms when verified, see below, else the autograd fallback), ``"closed_form"``
+        (raise if not verified) or ``"autograd"``.
+
+    **Closed forms or autograd.** The closed forms differentiate ``mean_module``/``covar_module`` of the raw
+    inputs, so they are used only when :func:`~gpytorch_explain.attribution.detection.fallback_reason` verifies
+    that the model's ``forward`` is exactly that (no feature extractor, no BoTorch input/outcome transform, a
+    single-output kernel; compared at probe points). Otherwise (deep kernel learning, BoTorch ``SingleTaskGP`` with
+    ``Normalize``/``Standardize``, ``MultitaskKernel`` models, user ``forward``\ s) the attribution GP comes from the
+    model's own joint posterior by autograd (:mod:`~gpytorch_explain.attribution.fallback`), in the units the user
+    sees, with ``method == "autograd"`` on this object and on the result and an ``AutogradFallbackWarning`` once.
+    Multi-output models give a batch of per-output attributions, mean ``(outputs, m, D)``.
 
     Example:
         >>> import torch, gpytorch
@@ -419,18 +614,27 @@ class IntegratedGradients(_FunctionalPosterior):
         True
     """
 
-    def __init__(self, model: ExactGP, baseline: Tensor | None = None, order: int = DEFAULT_ORDER):
-        _FunctionalPosterior.__init__(self, model, Gradient(), order=order)
+    def __init__(
+        self, model: ExactGP, baseline: Tensor | None = None, order: int | None = None, method: str = "auto"
+    ):
+        _FunctionalPosterior.__init__(self, model, Gradient(), order=order, method=method)
         self.functional = IntegratedGradient(self._check_baseline(baseline))
 
     def _check_baseline(self, baseline) -> Tensor:
-        X = self._train_inputs()
+        X = self._raw_train_inputs()
+        if X is None:
+            if baseline is None:
+                raise ValueError("The model's input transform cannot be inverted: pass the baseline explicitly.")
+            X = baseline
         if self._dims is not None:
             X = self.model.covar_module.split_inputs(X)[0]
         D = X.size(-1)
         if baseline is None:
             if X.dim() > 2:
-                raise ValueError("For batch models pass the baseline explicitly ((D,) or (k, D)).")
+                flat = X.reshape(-1, *X.shape[-2:])
+                if self.method == "closed_form" or not (flat == flat[:1]).all():
+                    raise ValueError("For batch models pass the baseline explicitly ((D,) or (k, D)).")
+                X = flat[0]  # batch-independent outputs on the same inputs (BoTorch multi-output)
             return X.detach().mean(0)
         if not torch.is_tensor(baseline):
             raise TypeError(f"baseline must be a torch.Tensor, got {type(baseline).__name__}.")
@@ -472,6 +676,10 @@ class IntegratedGradients(_FunctionalPosterior):
         r"""Check completeness in mean and in distribution at ``x`` (``(m, D)``)."""
         x = self._check_x(x)
         attr = self(x)
+        if self.method == "autograd" or self._affine is not None:
+            from .fallback import fallback_completeness
+
+            return fallback_completeness(self, x, attr)
         blocks = attr.lazy_covariance_matrix.point_blocks()
         sum_mean = attr.mean.sum(-1)
         sum_var = blocks.sum((-1, -2))
