@@ -32,6 +32,8 @@ from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNorm
 from gpytorch.kernels import Kernel
 from linear_operator import to_dense
 
+from .._compat import is_botorch_model
+
 __all__ = ["affine_transforms", "fallback_reason", "MULTITASK_KERNELS"]
 
 #: kernels whose outputs are indexed by task: the closed forms are single-output
@@ -39,11 +41,7 @@ MULTITASK_KERNELS = ("IndexKernel", "MultitaskKernel", "LCMKernel", "PositiveInd
 
 
 def _is_botorch(model) -> bool:
-    try:
-        from botorch.models.model import Model
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(model, Model)
+    return is_botorch_model(model)
 
 
 def fallback_reason(model) -> str | None:

@@ -48,6 +48,7 @@ from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNorm
 from linear_operator import to_dense
 from torch import Tensor
 
+from .._compat import is_botorch_model
 from .functionals import Functional, Gradient
 from .generic import KernelNotDifferentiableError
 
@@ -191,11 +192,7 @@ def _multitask_covariance(model, full: Tensor, prior: MultitaskMultivariateNorma
 
 
 def _is_botorch_model(model) -> bool:
-    try:
-        from botorch.models.model import Model
-    except ImportError:  # pragma: no cover - botorch is a dependency
-        return False
-    return isinstance(model, Model)
+    return is_botorch_model(model)
 
 
 def path_nodes(functional: Functional, x: Tensor, order: int) -> tuple[Tensor, Tensor]:

@@ -205,6 +205,14 @@ class _FunctionalPosterior:
                     "Attributions of a GPXModel are supported with respect to x when z = x; this model has "
                     "separate explanation features z (use model.explain for its local weights)."
                 )
+            from gpytorch.means import ZeroMean
+
+            if model.covar_module.feature_scale is not None or not isinstance(model.mean_module, ZeroMean):
+                raise NotImplementedError(
+                    "Attributions of a GPXModel built with standardize_x, standardize_y or intercept are not "
+                    "supported yet (its latent is a mean plus g(x)ᵀ(c ⊙ x), not g(x)ᵀx); use model.explain(x) for "
+                    "its local weights and contributions, or build the model without these options."
+                )
             linear = LinearKernel()
             linear.variance = 1.0
             linear.raw_variance.requires_grad_(False)

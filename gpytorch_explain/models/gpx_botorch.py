@@ -8,6 +8,8 @@ from gpytorch.distributions import MultivariateNormal
 from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
 
+from .._compat import import_botorch
+
 __all__ = ["gpx_posterior"]
 
 
@@ -39,6 +41,7 @@ def gpx_posterior(
     BoTorch is imported here, not with this module: importing it changes GPyTorch's global defaults
     (``max_cholesky_size`` 4096, ``cholesky_max_tries`` 6), which importing gpytorch-explain must not do.
     """
+    import_botorch()  # first import keeps GPyTorch's global settings (see gpytorch_explain._compat)
     from botorch.models.utils.assorted import gpt_posterior_settings
     from botorch.posteriors import GPyTorchPosterior
 

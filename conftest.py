@@ -1,0 +1,26 @@
+"""Test-session hygiene shared by the tests and the doctests.
+
+* BoTorch is imported once, here, through :func:`gpytorch_explain._compat.import_botorch`, so that test modules
+  which ``import botorch`` do not switch GPyTorch's global defaults (``max_cholesky_size`` 4096, …) for every
+  test collected after them.
+* Every test gets torch's default dtype and those GPyTorch/linear_operator globals back as they were, so that no
+  test can change what another one computes.
+"""
+
+import pytest
+import torch
+
+from gpytorch_explain._compat import _BOTORCH_GLOBALS, import_botorch
+
+import_botorch()
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_state():
+    dtype = torch.get_default_dtype()
+    saved = [(getattr(mod, name), attr) for mod, name, attr in _BOTORCH_GLOBALS]
+    saved = [(obj, attr, getattr(obj, attr)) for obj, attr in saved]
+    yield
+    torch.set_default_dtype(dtype)
+    for obj, attr, value in saved:
+        setattr(obj, attr, value)
