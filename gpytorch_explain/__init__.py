@@ -1,8 +1,14 @@
 """gpytorch-explain: Gaussian-process models that explain themselves, with calibrated uncertainty."""
 
 from . import settings
-from .attribution import CompletenessGaps, IntegratedGradients, PosteriorGradient
-from .errors import ConvergenceError, ModelStateError
+from .attribution import CompletenessGaps, IntegratedGradients, PosteriorGradient, global_importance
+from .errors import (
+    AutogradFallbackWarning,
+    ConvergenceError,
+    KernelNotDifferentiableError,
+    ModelStateError,
+    QuadratureWarning,
+)
 from .explanation import GPXExplanation
 from .kernels import GPXKernel
 from .models import GPXModel, GPXPredictionStrategy, GPXVariationalELBO, GPXVariationalStrategy, VariationalGPXModel
@@ -16,8 +22,12 @@ __all__ = [
     "IntegratedGradients",
     "PosteriorGradient",
     "GPXExplanation",
+    "AutogradFallbackWarning",
     "ConvergenceError",
+    "KernelNotDifferentiableError",
     "ModelStateError",
+    "QuadratureWarning",
+    "global_importance",
     "GPXKernel",
     "GPXModel",
     "GPXPredictionStrategy",

@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
-__all__ = ["ConvergenceError", "ModelStateError"]
+__all__ = [
+    "AutogradFallbackWarning",
+    "ConvergenceError",
+    "KernelNotDifferentiableError",
+    "ModelStateError",
+    "QuadratureWarning",
+]
 
 
 class ModelStateError(RuntimeError, ValueError):
@@ -23,3 +29,19 @@ class ConvergenceError(RuntimeError):
     ``gpytorch_explain.settings.max_cholesky_size`` no further than memory allows (the dense path is
     exact), or use an inducing-point base kernel (solved exactly by Woodbury).
     """
+
+
+class KernelNotDifferentiableError(NotImplementedError, ValueError):
+    """The kernel lacks the derivatives a gradient/IG functional needs (e.g. Matérn-1/2 at ``x = x'``, or a kernel
+    computed outside autograd, whose derivatives come back disconnected).
+
+    Both a ``NotImplementedError`` and a ``ValueError``, so either ``except`` clause catches it.
+    """
+
+
+class AutogradFallbackWarning(UserWarning):
+    """The closed forms do not apply to this model; its attributions come from the exact autograd fallback."""
+
+
+class QuadratureWarning(UserWarning):
+    """The adaptive quadrature order did not reach its tolerance; the warning gives the numbers."""

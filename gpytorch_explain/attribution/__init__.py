@@ -1,5 +1,6 @@
 """Attribution GPs: posterior gradients and integrated gradients of trained GPyTorch models."""
 
+from ..errors import AutogradFallbackWarning, KernelNotDifferentiableError, QuadratureWarning
 from .classification import (
     ExpectedProbabilityAttribution,
     expected_probability_gradient,
@@ -7,6 +8,7 @@ from .classification import (
     latent_gradient_moments,
 )
 from .derived import DerivedCovariance, functional_mean
+from .detection import fallback_reason
 from .functionals import Gradient, IntegratedGradient
 from .global_importance import GlobalImportance, global_importance
 from .kernels import DerivedKernel, GradientKernel, IntegratedGradientKernel
@@ -22,6 +24,10 @@ from .sgpr import sgpr_functional_posterior
 from .variational import variational_functional_posterior
 
 __all__ = [
+    "AutogradFallbackWarning",
+    "KernelNotDifferentiableError",
+    "QuadratureWarning",
+    "fallback_reason",
     "AttributionDistribution",
     "CompletenessGaps",
     "DerivedCovariance",

@@ -26,6 +26,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from ..errors import AutogradFallbackWarning, QuadratureWarning  # noqa: F401 (re-exported)
+
 __all__ = [
     "AutogradFallbackWarning",
     "QuadratureWarning",
@@ -39,14 +41,6 @@ __all__ = [
 QUADRATURE_RTOL = 1e-4
 #: largest order the adaptive rule tries
 MAX_ORDER = 1024
-
-
-class AutogradFallbackWarning(UserWarning):
-    """The closed forms do not apply to this model; its attributions come from the exact autograd fallback."""
-
-
-class QuadratureWarning(UserWarning):
-    """The adaptive quadrature order did not reach its tolerance."""
 
 
 def check_order(order) -> int:

@@ -143,6 +143,7 @@ from gpytorch.kernels import (
 from linear_operator import to_dense
 from torch import Tensor
 
+from ..errors import KernelNotDifferentiableError  # noqa: F401 (re-exported here for old imports)
 from .functionals import IntegratedGradient, check_inputs
 
 __all__ = [
@@ -175,13 +176,6 @@ _STRUCT = (ScaleKernel, AdditiveKernel, ProductKernel)
 _SQRT3, _SQRT5 = math.sqrt(3.0), math.sqrt(5.0)
 #: Duffy corners in order of preference: (t, u) = (0, 0), (1, 1), (0, 1), (1, 0).
 _CORNERS = ((0.0, 0.0), (1.0, 1.0), (0.0, 1.0), (1.0, 0.0))
-
-
-class KernelNotDifferentiableError(NotImplementedError, ValueError):
-    """The kernel lacks the derivatives a gradient/IG functional needs (e.g. Matérn-1/2 at ``x = x'``).
-
-    Both a ``NotImplementedError`` and a ``ValueError``, so either ``except`` clause catches it.
-    """
 
 
 # =====================================================================================================================
