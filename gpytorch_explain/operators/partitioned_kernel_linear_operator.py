@@ -173,7 +173,7 @@ class PartitionedKernelLinearOperator(KernelLinearOperator):
                 block = op._block(op.x1[..., i:j, :], op.x2, op.tensor_params)
                 loss = (left_vecs[..., i:j, :] * (block @ right)).sum()
                 parts = torch.autograd.grad(loss, wanted, allow_unused=True)
-                grads = [g if p is None else (p if g is None else g + p) for g, p in zip(grads, parts)]
+                grads = [g if p is None else (p if g is None else g + p) for g, p in zip(grads, parts, strict=True)]
         it = iter(grads)
         return tuple(next(it) if a.requires_grad else None for a in args)
 
