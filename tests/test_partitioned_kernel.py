@@ -379,3 +379,27 @@ class TestPartitionedKernelLinearOperatorRectangular(RectangularLinearOperatorTe
 
     def evaluate_linear_op(self, linear_op):
         return linear_op.covar_func(linear_op.x1, linear_op.x2, **linear_op.tensor_params)
+
+
+# --------------------------------------------------------------------------- KeOps dispatch
+@pytest.mark.parametrize("name", ["scale_rbf_ard", "matern52"])
+def test_keops_dispatch_plumbing(monkeypatch, name):
+    """With pykeops importable, RBF / Matérn bases go to ``gpytorch.kernels.keops``. pykeops is not installed
+    here, so this only checks the dispatch (GPyTorch's KeOps kernels then compute densely): same matrix and
+    hyperparameter gradients as the plain kernel. The KeOps computation itself is not exercised."""
+    from linear_operator.operators import KernelLinearOperator
+
+    import gpytorch_explain.kernels.partitioned_kernel as pk
+
+    monkeypatch.setattr(pk, "keops_available", lambda: True)
+    kernel = _kernel(name, torch.float64)
+    x = _data(n=40, dtype=torch.float64)
+    with gpytorch.settings.lazily_evaluate_kernels(False):
+        op = PartitionedKernel(kernel)(x)
+    assert type(getattr(op, "base_linear_op", op)) is KernelLinearOperator  # (ScaleKernel: a constant multiple)
+    dense = kernel(x).to_dense()
+    torch.testing.assert_close(op.to_dense(), dense, rtol=0, atol=1e-12)
+    v = torch.randn(40, 2, dtype=torch.float64)
+    params = list(kernel.parameters())
+    for a, b in zip(_grads((op @ v).pow(2).sum(), params), _grads((dense @ v).pow(2).sum(), params), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
