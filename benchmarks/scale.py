@@ -24,7 +24,9 @@ Methods (the same kernel for GPX's :math:`k` and for the GPR):
   feature space, see ``gpytorch_explain.settings.use_grid_features``) when the root is narrow enough, and
   the CG/LOVE path otherwise; the GPR uses GPyTorch's KISS-GP (CG, and LOVE for the variances);
 * ``exact``: ``ScaleKernel(gpytorch.kernels.keops.RBFKernel(ard))``. Without pykeops this falls back to
-  a dense ``n x n`` kernel (about ``8 n^2`` bytes), so it is refused above ``--max-dense-n``.
+  a dense ``n x n`` kernel (about ``8 n^2`` bytes), so it is refused above ``--max-dense-n``. With
+  ``--lean`` it is ``PartitionedKernel(ScaleKernel(RBFKernel(ard)))``: products and the backward pass in
+  row blocks (``gpytorch_explain.kernels.PartitionedKernel``), never an ``n x n`` kernel.
 
 Data (``--data-dir``, default ``../shared/datasets`` relative to the repository root; features and
 target standardised with the training split's statistics, ``z = x``):
@@ -222,6 +224,13 @@ def make_kernel(args, x: torch.Tensor, likelihood) -> gpytorch.kernels.Kernel:
         inner = GridInterpolationKernel(rbf, grid_size=grid, num_dims=1)
         wrapper = AdditiveStructureKernel if structure == "additive" else ProductStructureKernel
         return ScaleKernel(wrapper(inner, num_dims=dims))
+    if getattr(args, "lean", False):
+        # memory-lean: products and backward in row blocks (KeOps inside when pykeops is importable)
+        from gpytorch_explain.kernels import PartitionedKernel
+
+        rbf = RBFKernel(ard_num_dims=dims)
+        rbf.lengthscale = ell
+        return PartitionedKernel(ScaleKernel(rbf))
     if keops_available():
         from gpytorch.kernels.keops import RBFKernel as KeOpsRBFKernel
 
@@ -716,6 +725,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--attributions", type=int, default=0, help="GPR: IG attribution GPs at this many test points (0: off)"
     )
     parser.add_argument("--max-dense-n", type=int, default=20_000, help="exact without pykeops: largest n")
+    parser.add_argument(
+        "--lean",
+        action="store_true",
+        help="exact: wrap the kernel in gpytorch_explain.kernels.PartitionedKernel (never stores n x n)",
+    )
     parser.add_argument("--dims", type=int, default=3, help="synthetic: D = d")
     parser.add_argument("--true-lengthscale", type=float, default=1.0)
     parser.add_argument("--true-outputscale", type=float, default=1.0)
@@ -741,7 +755,7 @@ def main():
     info = data["info"]
     n = data["x"].size(0)
     del data
-    if args.method == "exact" and not keops_available() and n > args.max_dense_n:
+    if args.method == "exact" and not getattr(args, "lean", False) and not keops_available() and n > args.max_dense_n:
         raise SystemExit(
             f"--method exact without pykeops forms the dense {n} x {n} kernel ({8 * n * n / 2**30:.0f} GiB); "
             f"use --n <= {args.max_dense_n} or install pykeops."

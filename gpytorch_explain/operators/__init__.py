@@ -4,6 +4,7 @@ from .feature_scaled_linear_operator import FeatureScaledLinearOperator
 from .gpx_inducing_linear_operator import GPXInducingLinearOperator
 from .inducing_weight_posterior_linear_operator import InducingWeightPosteriorLinearOperator
 from .low_rank_hadamard_linear_operator import LowRankHadamardLinearOperator
+from .partitioned_kernel_linear_operator import PartitionedKernelLinearOperator
 from .weight_posterior_linear_operator import WeightPosteriorLinearOperator
 
 __all__ = [
@@ -13,5 +14,6 @@ __all__ = [
     "GPXInducingLinearOperator",
     "InducingWeightPosteriorLinearOperator",
     "LowRankHadamardLinearOperator",
+    "PartitionedKernelLinearOperator",
     "WeightPosteriorLinearOperator",
 ]
