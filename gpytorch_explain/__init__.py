@@ -10,9 +10,9 @@ from .errors import (
     QuadratureWarning,
 )
 from .explanation import GPXExplanation
-from .kernels import GPXKernel
+from .kernels import GPXKernel, PartitionedKernel
 from .models import GPXModel, GPXPredictionStrategy, GPXVariationalELBO, GPXVariationalStrategy, VariationalGPXModel
-from .operators import LowRankHadamardLinearOperator, WeightPosteriorLinearOperator
+from .operators import LowRankHadamardLinearOperator, PartitionedKernelLinearOperator, WeightPosteriorLinearOperator
 from .utils import median_heuristic_lengthscale
 
 __version__ = "0.1.0"
@@ -29,6 +29,8 @@ __all__ = [
     "QuadratureWarning",
     "global_importance",
     "GPXKernel",
+    "PartitionedKernel",
+    "PartitionedKernelLinearOperator",
     "GPXModel",
     "GPXPredictionStrategy",
     "GPXVariationalELBO",

@@ -10,6 +10,8 @@ Example:
 
 from __future__ import annotations
 
+from gpytorch.settings import _value_context
+
 __all__ = [
     "max_cholesky_size",
     "solve_tolerance",
@@ -22,6 +24,7 @@ __all__ = [
     "grid_root_threshold",
     "check_memory",
     "scale_warning_range",
+    "max_block_elements",
 ]
 
 
@@ -199,3 +202,30 @@ class scale_warning_range(_setting):
     """
 
     _global_value = (0.1, 10.0)
+
+
+class max_block_elements(_value_context):
+    r"""Largest number of kernel entries a partitioned kernel product builds at once (default :math:`2^{24}`).
+
+    :class:`PartitionedKernelLinearOperator` computes :math:`\mathbf K\mathbf V` (and, in the backward
+    pass, :math:`\partial\,\operatorname{tr}(\mathbf U^\top\mathbf K\mathbf V)/\partial\boldsymbol\theta`) over
+    blocks of ``b`` rows of :math:`\mathbf K`, with ``b * N * prod(batch_shape)`` at most this value (at
+    least one row). Its working memory is a few such blocks (the kernel's own intermediates, and their
+    autograd graph in the backward pass) plus the :math:`N \times t` right-hand side and result, so nothing
+    :math:`N \times N` is ever stored. The default is 128 MiB per block in float64 (64 MiB in float32);
+    larger blocks are faster on GPUs, smaller ones bound CPU memory tighter.
+
+    Example:
+        >>> from gpytorch_explain.settings import max_block_elements
+        >>> with max_block_elements(1000):
+        ...     max_block_elements.value()
+        1000
+    """
+
+    _global_value = 2**24
+
+    @classmethod
+    def _set_value(cls, value):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"max_block_elements must be a positive int, got {value!r}.")
+        cls._global_value = value

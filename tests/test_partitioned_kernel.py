@@ -403,3 +403,10 @@ def test_keops_dispatch_plumbing(monkeypatch, name):
     params = list(kernel.parameters())
     for a, b in zip(_grads((op @ v).pow(2).sum(), params), _grads((dense @ v).pow(2).sum(), params), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_attribution_uses_the_base_kernels_closed_forms():
+    from gpytorch_explain.attribution.derived import uses_quadrature
+
+    assert not uses_quadrature(PartitionedKernel(ScaleKernel(RBFKernel(ard_num_dims=2))))
+    assert uses_quadrature(PartitionedKernel(gpytorch.kernels.MaternKernel(nu=2.5)))

@@ -73,8 +73,19 @@ class DerivedCovariance:
         return _derived(self.kernel, self.functional, "point", (x,), self.order)
 
 
+def _unwrap_partitioned(kernel: Kernel) -> Kernel:
+    """A :class:`~gpytorch_explain.kernels.PartitionedKernel` computes its base kernel's entries (in row blocks),
+    so the derived kernels are its base kernel's."""
+    from ..kernels.partitioned_kernel import PartitionedKernel
+
+    while type(kernel) is PartitionedKernel and kernel.active_dims is None:
+        kernel = kernel.base_kernel
+    return kernel
+
+
 def uses_quadrature(kernel: Kernel, mean: Mean | None = None) -> bool:
     """Whether integrated gradients of ``kernel`` (and ``mean``) need Gauss–Legendre path integrals."""
+    kernel = _unwrap_partitioned(kernel)
     if type(kernel) is ScaleKernel and kernel.active_dims is None:
         return uses_quadrature(kernel.base_kernel, mean)
     if type(kernel) is AdditiveKernel and kernel.active_dims is None:
@@ -90,6 +101,7 @@ def uses_quadrature_mean(mean: Mean | None) -> bool:
 
 # --------------------------------------------------------------------------- dispatch
 def _derived(kernel: Kernel, functional: Functional, what: str, args: tuple[Tensor, ...], order: int) -> Tensor:
+    kernel = _unwrap_partitioned(kernel)
     if type(kernel) is ScaleKernel and kernel.active_dims is None:
         res = _derived(kernel.base_kernel, functional, what, args, order)
         scale = kernel.outputscale

@@ -8,41 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from gpytorch.settings import _value_context
 from linear_operator.functions._matmul import Matmul
 from linear_operator.operators import KernelLinearOperator, LinearOperator
 from linear_operator.operators._linear_operator import to_dense
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
+from ..settings import max_block_elements
+
 __all__ = ["PartitionedKernelLinearOperator", "max_block_elements", "block_rows"]
-
-
-class max_block_elements(_value_context):
-    r"""Largest number of kernel entries a partitioned kernel product builds at once (default :math:`2^{24}`).
-
-    :class:`PartitionedKernelLinearOperator` computes :math:`\mathbf K\mathbf V` (and, in the backward
-    pass, :math:`\partial\,\operatorname{tr}(\mathbf U^\top\mathbf K\mathbf V)/\partial\boldsymbol\theta`) over
-    blocks of ``b`` rows of :math:`\mathbf K`, with ``b * N * prod(batch_shape)`` at most this value (at
-    least one row). Its working memory is a few such blocks (the kernel's own intermediates, and their
-    autograd graph in the backward pass) plus the :math:`N \times t` right-hand side and result, so nothing
-    :math:`N \times N` is ever stored. The default is 128 MiB per block in float64 (64 MiB in float32);
-    larger blocks are faster on GPUs, smaller ones bound CPU memory tighter.
-
-    Example:
-        >>> from gpytorch_explain.operators.partitioned_kernel_linear_operator import max_block_elements
-        >>> with max_block_elements(1000):
-        ...     max_block_elements.value()
-        1000
-    """
-
-    _global_value = 2**24
-
-    @classmethod
-    def _set_value(cls, value):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ValueError(f"max_block_elements must be a positive int, got {value!r}.")
-        cls._global_value = value
 
 
 def block_rows(num_cols: int, batch_numel: int = 1) -> int:
