@@ -13,7 +13,7 @@ attributions with a standard deviation, and the ``"gradient"`` acquisition sampl
 Design, per :meth:`LocalGPExplainer.explain`:
 
 1. call the black box on ``x`` and ``n_initial`` scrambled-Sobol points of the box (one batch);
-2. until ``budget`` rows are used: refit the surrogate (warm start), then choose ``q`` points
+2. until ``budget`` rows are used: refit the surrogate (warm start; see ``refit_growth``), then choose ``q`` points
    (greedy, each conditioned on the previous ones with the posterior mean as the fantasised value:
    exact for the variance-type acquisitions, the "kriging believer" for EI/PI/LCB) and call the black box on
    them as one batch; the last batch is cut so that exactly ``budget`` rows are evaluated;
@@ -68,6 +68,10 @@ class LocalGPExplainer:
     :param jitter: GPyOpt's acquisition jitter for EI/PI, in output standard deviations.
     :param exploration_weight: GPyOpt's LCB weight ``w``.
     :param gradient_tol: optional stopping rule on the gradient std (user units).
+    :param refit_growth: the hyperparameters are refitted (warm start, L-BFGS-B, at most ``refit_maxiter``
+        iterations) on the first design, whenever the sample count has grown by this factor since the last
+        refit, and always on the final samples; in between the surrogate is conditioned on the new samples
+        with the previous hyperparameters. ``1.0`` refits at every step (slower).
     :param input_type: ``"auto"``, ``"numpy"`` or ``"torch"`` (what ``predict_fn`` receives).
     :param num_threads: torch threads during :meth:`explain` (restored afterwards). The surrogate's matrices
         are tiny (``budget`` rows), where thread start-up dominates: one thread is ~100x faster on a loaded
@@ -103,7 +107,8 @@ class LocalGPExplainer:
         raw_samples: int = 64,
         num_categorical_candidates: int = 4,
         num_mc_points: int = 256,
-        refit_maxiter: int = 200,
+        refit_maxiter: int = 100,
+        refit_growth: float = 1.2,
         input_type: str = "auto",
         num_threads: int | None = 1,
         progress: bool = False,
@@ -164,6 +169,9 @@ class LocalGPExplainer:
         self.num_categorical_candidates = max(1, int(num_categorical_candidates))
         self.num_mc_points = int(num_mc_points)
         self.refit_maxiter = int(refit_maxiter)
+        if not refit_growth >= 1.0:
+            raise ValueError(f"refit_growth must be >= 1, got {refit_growth}.")
+        self.refit_growth = float(refit_growth)
         self.num_threads = None if num_threads is None else int(num_threads)
         self.progress = bool(progress)
 
@@ -234,6 +242,7 @@ class LocalGPExplainer:
 
         messages: list[str] = []
         state = None
+        n_fit = 0
         stopped = False
         bar = None
         if self.progress:
@@ -244,9 +253,13 @@ class LocalGPExplainer:
             ym, ys = float(y_all.mean()), float(y_all.std())
             ys = ys if ys > 1e-12 * max(1.0, abs(ym)) else 1.0
             model = make_surrogate(self._to_u(X_all, x, scale), torch.as_tensor((y_all - ym) / ys, dtype=_DT), state)
-            messages += fit_surrogate(model, maxiter=self.refit_maxiter)
-            state = model.state_dict()
             n = len(y_all)
+            if state is None or n >= self.budget or n >= self.refit_growth * n_fit:
+                messages += fit_surrogate(model, maxiter=self.refit_maxiter)
+                n_fit = n
+            else:
+                model.eval()
+            state = model.state_dict()
             if n >= self.budget:
                 break
             if self.gradient_tol is not None:
