@@ -6,12 +6,16 @@ surrogate of the black box, so ``jitter`` is in units of the output's standard d
 
 * ``"ei"``: GPyOpt's EI with jitter :math:`\xi` is
   :math:`\mathbb E[\max(f_{\min} - \xi - f(\mathbf u), 0)]` with :math:`f_{\min}` the smallest
-  posterior mean at the samples, i.e. BoTorch's ``ExpectedImprovement(best_f=f_min - ξ, maximize=False)``;
+  posterior mean at the samples, i.e. BoTorch's ``ExpectedImprovement(best_f=f_min - ξ, maximize=False)``
+  (GPyOpt normalises the outputs by default, as we do, so ``ξ`` has the same meaning);
 * ``"pi"``/``"mpi"``: :math:`\Phi((f_{\min} - \xi - \mu)/\sigma)` =
   ``ProbabilityOfImprovement(best_f=f_min - ξ, maximize=False)``;
 * ``"lcb"``: GPyOpt's LCB maximises :math:`-\mu + w\sigma` with the exploration weight ``w``
   (GPyOpt's ``acquisition_weight``, default 2; GPyOpt ignores the jitter for LCB) =
   ``UpperConfidenceBound(beta=w², maximize=False)``.
+
+Beyond the paper: EI and PI are optimised on the log scale (BoTorch's ``LogExpectedImprovement`` and
+``LogProbabilityOfImprovement``): the same maximiser as GPyOpt's EI/PI, without their vanishing gradients.
 
 Beyond the paper: ``"variance"`` (``PosteriorStandardDeviation``, maximum posterior variance),
 ``"integrated_variance"`` (``qNegIntegratedPosteriorVariance`` over Sobol points of the box) and
@@ -21,14 +25,9 @@ Beyond the paper: ``"variance"`` (``PosteriorStandardDeviation``, maximum poster
 from __future__ import annotations
 
 import torch
-from botorch.acquisition import (
-    AcquisitionFunction,
-    ExpectedImprovement,
-    ProbabilityOfImprovement,
-    UpperConfidenceBound,
-)
+from botorch.acquisition import AcquisitionFunction, LogExpectedImprovement, UpperConfidenceBound
 from botorch.acquisition.active_learning import qNegIntegratedPosteriorVariance
-from botorch.acquisition.analytic import PosteriorStandardDeviation
+from botorch.acquisition.analytic import LogProbabilityOfImprovement, PosteriorStandardDeviation
 from botorch.models.model import Model
 from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor
@@ -133,8 +132,8 @@ def make_acquisition(
             f_min = model.posterior(model.train_inputs[0]).mean.min()
         best_f = f_min - jitter
         if name == "ei":
-            return ExpectedImprovement(model, best_f=best_f, maximize=False)
-        return ProbabilityOfImprovement(model, best_f=best_f, maximize=False)
+            return LogExpectedImprovement(model, best_f=best_f, maximize=False)
+        return LogProbabilityOfImprovement(model, best_f=best_f, maximize=False)
     if name == "lcb":
         return UpperConfidenceBound(model, beta=exploration_weight**2, maximize=False)
     if name == "variance":

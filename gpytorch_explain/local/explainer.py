@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import warnings
+
 import numpy as np
 import torch
 from botorch.optim import optimize_acqf, optimize_acqf_mixed
@@ -267,7 +269,10 @@ class LocalGPExplainer:
                 if np.all(std * ys / scale < self.gradient_tol):
                     stopped = True
                     break
-            U_new = self._propose(model, u0, bounds, min(self.q, self.budget - n), cat_pos, x, scale, rng)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                U_new = self._propose(model, u0, bounds, min(self.q, self.budget - n), cat_pos, x, scale, rng)
+            messages += [f"acquisition (n={n}): {w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught]
             X_new = self._to_user(U_new, x, scale)
             y_new = self.black_box(X_new)
             X_all, y_all = np.vstack([X_all, X_new]), np.concatenate([y_all, y_new])
@@ -291,14 +296,16 @@ class LocalGPExplainer:
             opts = {"maxiter": 100, "seed": int(rng.randint(0, 2**31 - 1))}
             if not combos:
                 cand, _ = optimize_acqf(acq, bounds=bounds, q=1, num_restarts=self.num_restarts,
-                                        raw_samples=self.raw_samples, options=opts)
+                                        raw_samples=self.raw_samples, options=opts,
+                                        retry_on_optimization_warning=False)
             elif len(cat_pos) == u0.numel():  # only categorical features vary: score the combinations
                 pts = torch.tensor([[combo[p] for p in range(u0.numel())] for combo in combos], dtype=_DT)
                 with torch.no_grad():
                     cand = pts[int(acq(pts.unsqueeze(-2)).argmax())].unsqueeze(0)
             else:
                 cand, _ = optimize_acqf_mixed(acq, bounds=bounds, q=1, num_restarts=self.num_restarts,
-                                              raw_samples=self.raw_samples, fixed_features_list=combos, options=opts)
+                                              raw_samples=self.raw_samples, fixed_features_list=combos, options=opts,
+                                              retry_on_optimization_warning=False)
             cand = cand.detach().reshape(1, -1)
             chosen.append(cand)
             if j < q - 1:
