@@ -38,9 +38,13 @@ def test_gradient_variance_reduction_matches_adding_the_points(q):
     for b in range(Z.size(0)):
         # brute force: the same hyperparameters, the candidates added with arbitrary targets (covariance is y-free)
         for targets in (torch.zeros(q), torch.randn(q, generator=torch.Generator().manual_seed(b)) * 5):
-            bigger = SingleTaskGP(torch.cat([U, Z[b]]), torch.cat([model.train_targets, targets]).unsqueeze(-1),
-                                  covar_module=model.covar_module, likelihood=model.likelihood,
-                                  outcome_transform=None).eval()
+            bigger = SingleTaskGP(
+                torch.cat([U, Z[b]]),
+                torch.cat([model.train_targets, targets]).unsqueeze(-1),
+                covar_module=model.covar_module,
+                likelihood=model.likelihood,
+                outcome_transform=None,
+            ).eval()
             bigger.mean_module.load_state_dict(model.mean_module.state_dict())
             after = _grad_trace(bigger, u0)
             assert values[b].item() == pytest.approx(before - after, rel=1e-7, abs=1e-10)
@@ -58,8 +62,10 @@ def test_gradient_cross_covariance_is_differentiable_and_matches_autograd_cross(
     C = k(X).to_dense() + model.likelihood.noise * torch.eye(len(X))
 
     def post_cov(u):
-        return (k(u[None], z[0].detach()).to_dense() - k(u[None], X).to_dense() @ torch.linalg.solve(
-            C, k(X, z[0].detach()).to_dense()))[0, 0]
+        return (
+            k(u[None], z[0].detach()).to_dense()
+            - k(u[None], X).to_dense() @ torch.linalg.solve(C, k(X, z[0].detach()).to_dense())
+        )[0, 0]
 
     ref = torch.autograd.functional.jacobian(post_cov, u0)
     assert torch.allclose(c[0, :, 0].detach(), ref, atol=1e-10)
@@ -74,8 +80,13 @@ def test_closed_form_loo_matches_refits_without_refitting_hyperparameters():
     targets = model.train_targets
     for i in range(len(U)):
         keep = torch.arange(len(U)) != i
-        sub = SingleTaskGP(U[keep], targets[keep].unsqueeze(-1), covar_module=model.covar_module,
-                           likelihood=model.likelihood, outcome_transform=None).eval()
+        sub = SingleTaskGP(
+            U[keep],
+            targets[keep].unsqueeze(-1),
+            covar_module=model.covar_module,
+            likelihood=model.likelihood,
+            outcome_transform=None,
+        ).eval()
         sub.mean_module.load_state_dict(model.mean_module.state_dict())
         with torch.no_grad():
             mu = sub.posterior(U[i : i + 1]).mean.item()

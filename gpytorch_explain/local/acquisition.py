@@ -39,7 +39,7 @@ ACQUISITIONS = ("lcb", "ei", "pi", "mpi", "variance", "integrated_variance", "gr
 
 
 def _kernel_gradient_at(kernel, u0: Tensor, Z: Tensor) -> Tensor:
-    r""":math:`\partial k(\mathbf u, \mathbf z)/\partial\mathbf u` at :math:`\mathbf u = \mathbf u_0` for each row of ``Z``.
+    r""":math:`\partial k(\mathbf u, \mathbf z)/\partial\mathbf u` at :math:`\mathbf u_0` for each row of ``Z``.
 
     ``Z`` is ``(..., n, d)``; returns ``(..., n, d)``. Autograd of the kernel's own ``forward``
     (``diag=True``) with ``u0`` replicated per row, so any differentiable stationary or non-stationary
@@ -54,7 +54,7 @@ def _kernel_gradient_at(kernel, u0: Tensor, Z: Tensor) -> Tensor:
 
 
 def gradient_cross_covariance(model: Model, u0: Tensor, Z: Tensor) -> tuple[Tensor, Tensor]:
-    r"""Posterior cross-covariance of :math:`\nabla f(\mathbf u_0)` with noisy observations at ``Z``, and their covariance.
+    r"""Posterior cross-covariance of :math:`\nabla f(\mathbf u_0)` with noisy observations at ``Z``; their covariance.
 
     For a GP with training inputs :math:`\mathbf X` and :math:`\mathbf C = \mathbf K_{XX} + \sigma_n^2\mathbf I`,
 

@@ -109,7 +109,9 @@ class BlackBox:
         try:
             out = np.asarray(out, dtype=np.float64)
         except (TypeError, ValueError) as err:
-            raise TypeError(f"predict_fn must return m numbers (array, list or tensor), got {type(out).__name__}.") from err
+            raise TypeError(
+                f"predict_fn must return m numbers (array, list or tensor), got {type(out).__name__}."
+            ) from err
         if out.ndim == 2 and out.shape[1] == 1:
             out = out[:, 0]
         if out.shape != (m,):

@@ -31,9 +31,8 @@ relevance 0, gradient 0 with std 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import warnings
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -233,8 +232,12 @@ class LocalGPExplainer:
         u0 = torch.zeros(d, dtype=_DT)
 
         # 1. x and the initial Sobol design, one call
-        U_init = draw_sobol_samples(bounds=torch.stack([-torch.ones(d), torch.ones(d)]).to(_DT), n=self.n_initial,
-                                    q=1, seed=int(rng.randint(0, 2**31 - 1))).squeeze(-2)
+        U_init = draw_sobol_samples(
+            bounds=torch.stack([-torch.ones(d), torch.ones(d)]).to(_DT),
+            n=self.n_initial,
+            q=1,
+            seed=int(rng.randint(0, 2**31 - 1)),
+        ).squeeze(-2)
         X_init = self._to_user(U_init, x, scale)
         for c in self.categorical_features:
             if c in act:
@@ -272,7 +275,9 @@ class LocalGPExplainer:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 U_new = self._propose(model, u0, bounds, min(self.q, self.budget - n), cat_pos, x, scale, rng)
-            messages += [f"acquisition (n={n}): {w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught]
+            messages += [
+                f"acquisition (n={n}): {w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught
+            ]
             X_new = self._to_user(U_new, x, scale)
             y_new = self.black_box(X_new)
             X_all, y_all = np.vstack([X_all, X_new]), np.concatenate([y_all, y_new])
@@ -290,22 +295,41 @@ class LocalGPExplainer:
         chosen = []
         for j in range(q):
             acq = make_acquisition(
-                self.acquisition, cur, u0, bounds, jitter=self.jitter, exploration_weight=self.exploration_weight,
-                num_mc_points=self.num_mc_points, seed=int(rng.randint(0, 2**31 - 1)),
+                self.acquisition,
+                cur,
+                u0,
+                bounds,
+                jitter=self.jitter,
+                exploration_weight=self.exploration_weight,
+                num_mc_points=self.num_mc_points,
+                seed=int(rng.randint(0, 2**31 - 1)),
             )
             opts = {"maxiter": 100, "seed": int(rng.randint(0, 2**31 - 1))}
             if not combos:
-                cand, _ = optimize_acqf(acq, bounds=bounds, q=1, num_restarts=self.num_restarts,
-                                        raw_samples=self.raw_samples, options=opts,
-                                        retry_on_optimization_warning=False)
+                cand, _ = optimize_acqf(
+                    acq,
+                    bounds=bounds,
+                    q=1,
+                    num_restarts=self.num_restarts,
+                    raw_samples=self.raw_samples,
+                    options=opts,
+                    retry_on_optimization_warning=False,
+                )
             elif len(cat_pos) == u0.numel():  # only categorical features vary: score the combinations
                 pts = torch.tensor([[combo[p] for p in range(u0.numel())] for combo in combos], dtype=_DT)
                 with torch.no_grad():
                     cand = pts[int(acq(pts.unsqueeze(-2)).argmax())].unsqueeze(0)
             else:
-                cand, _ = optimize_acqf_mixed(acq, bounds=bounds, q=1, num_restarts=self.num_restarts,
-                                              raw_samples=self.raw_samples, fixed_features_list=combos, options=opts,
-                                              retry_on_optimization_warning=False)
+                cand, _ = optimize_acqf_mixed(
+                    acq,
+                    bounds=bounds,
+                    q=1,
+                    num_restarts=self.num_restarts,
+                    raw_samples=self.raw_samples,
+                    fixed_features_list=combos,
+                    options=opts,
+                    retry_on_optimization_warning=False,
+                )
             cand = cand.detach().reshape(1, -1)
             chosen.append(cand)
             if j < q - 1:
@@ -319,7 +343,9 @@ class LocalGPExplainer:
             return []
         combos = [{p: 0.0 for p in cat_pos}]  # x's own values
         for _ in range(self.num_categorical_candidates - 1):
-            combos.append({p: float((rng.choice(self.categorical_values[c]) - x[c]) / scale[p]) for p, c in cat_pos.items()})
+            combos.append(
+                {p: float((rng.choice(self.categorical_values[c]) - x[c]) / scale[p]) for p, c in cat_pos.items()}
+            )
         unique = []
         for c in combos:
             if c not in unique:
@@ -354,8 +380,10 @@ class LocalGPExplainer:
         lengthscales[act] = ell * scale
         fidelity = loo_r2(model)
         if np.isfinite(fidelity) and fidelity < 0.5:
-            messages.append(f"low fidelity: leave-one-out R² = {fidelity:.3f} < 0.5; the surrogate explains the "
-                            "black box poorly in this box (try a smaller interval or a larger budget).")
+            messages.append(
+                f"low fidelity: leave-one-out R² = {fidelity:.3f} < 0.5; the surrogate explains the "
+                "black box poorly in this box (try a smaller interval or a larger budget)."
+            )
 
         def predict(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             if X.shape[-1] != D:
@@ -365,8 +393,20 @@ class LocalGPExplainer:
             return _to_numpy(post.mean[..., 0]) * ys + ym, np.sqrt(_to_numpy(post.variance[..., 0])) * ys
 
         return LocalExplanation(
-            x=x.copy(), relevance=relevance, gradient_mean=g_mean, gradient_std=g_std, integrated_gradients=ig_mean,
-            integrated_gradients_std=ig_std, baseline=b, x_samples=X_all, y_samples=y_all, fidelity=fidelity,
-            feature_names=list(self.feature_names), acquisition=self.acquisition, lengthscales=lengthscales,
-            stopped_early=stopped, warnings=messages, _predict=predict,
+            x=x.copy(),
+            relevance=relevance,
+            gradient_mean=g_mean,
+            gradient_std=g_std,
+            integrated_gradients=ig_mean,
+            integrated_gradients_std=ig_std,
+            baseline=b,
+            x_samples=X_all,
+            y_samples=y_all,
+            fidelity=fidelity,
+            feature_names=list(self.feature_names),
+            acquisition=self.acquisition,
+            lengthscales=lengthscales,
+            stopped_early=stopped,
+            warnings=messages,
+            _predict=predict,
         )

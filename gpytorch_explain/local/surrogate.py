@@ -60,10 +60,14 @@ def fit_surrogate(model: SingleTaskGP, maxiter: int = 200) -> list[str]:
         try:
             result = fit_gpytorch_mll_scipy(mll, options={"maxiter": maxiter})
             if result.status not in (OptimizationStatus.SUCCESS,):
-                messages.append(f"surrogate fit (n={model.train_targets.numel()}): {result.status.name}: {result.message}")
+                messages.append(
+                    f"surrogate fit (n={model.train_targets.numel()}): {result.status.name}: {result.message}"
+                )
         except Exception as err:  # numerical failure: keep the previous hyperparameters, say so
             model.load_state_dict(before)
-            messages.append(f"surrogate fit (n={model.train_targets.numel()}) failed, previous hyperparameters kept: {err}")
+            messages.append(
+                f"surrogate fit (n={model.train_targets.numel()}) failed, previous hyperparameters kept: {err}"
+            )
     for w in caught:
         messages.append(f"surrogate fit (n={model.train_targets.numel()}): {w.category.__name__}: {w.message}")
     model.eval()
@@ -97,7 +101,7 @@ def loo_predictions(model: SingleTaskGP) -> Tensor:
 
 
 def loo_r2(model: SingleTaskGP) -> float:
-    r"""Leave-one-out :math:`R^2 = 1 - \sum_i (y_i - \mu_{-i})^2 / \sum_i (y_i - \bar y)^2` (NaN if ``y`` is constant)."""
+    r"""Leave-one-out :math:`R^2 = 1 - \sum_i (y_i - \mu_{-i})^2 / \sum_i (y_i - \bar y)^2` (NaN for constant y)."""
     y = model.train_targets
     ss = ((y - y.mean()) ** 2).sum()
     if ss <= 0:
