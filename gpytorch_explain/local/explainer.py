@@ -105,11 +105,11 @@ class LocalGPExplainer:
         exploration_weight: float = 2.0,
         gradient_tol: float | None = None,
         num_restarts: int = 2,
-        raw_samples: int = 64,
+        raw_samples: int = 32,
         num_categorical_candidates: int = 4,
         num_mc_points: int = 256,
-        refit_maxiter: int = 100,
-        refit_growth: float = 1.2,
+        refit_maxiter: int = 60,
+        refit_growth: float = 1.5,
         input_type: str = "auto",
         num_threads: int | None = 1,
         progress: bool = False,
@@ -304,7 +304,7 @@ class LocalGPExplainer:
                 num_mc_points=self.num_mc_points,
                 seed=int(rng.randint(0, 2**31 - 1)),
             )
-            opts = {"maxiter": 100, "seed": int(rng.randint(0, 2**31 - 1))}
+            opts = {"maxiter": 50, "seed": int(rng.randint(0, 2**31 - 1))}
             if not combos:
                 cand, _ = optimize_acqf(
                     acq,
