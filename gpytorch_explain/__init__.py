@@ -5,6 +5,7 @@ from .attribution import CompletenessGaps, IntegratedGradients, PosteriorGradien
 from .errors import ConvergenceError, ModelStateError
 from .explanation import GPXExplanation
 from .kernels import GPXKernel
+from .local import LocalExplanation, LocalGPExplainer
 from .models import GPXModel, GPXPredictionStrategy, GPXVariationalELBO, GPXVariationalStrategy, VariationalGPXModel
 from .operators import LowRankHadamardLinearOperator, WeightPosteriorLinearOperator
 from .utils import median_heuristic_lengthscale
@@ -19,6 +20,8 @@ __all__ = [
     "ConvergenceError",
     "ModelStateError",
     "GPXKernel",
+    "LocalExplanation",
+    "LocalGPExplainer",
     "GPXModel",
     "GPXPredictionStrategy",
     "GPXVariationalELBO",

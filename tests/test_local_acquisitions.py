@@ -32,4 +32,5 @@ def test_stopping_rule_gives_fewer_rows(data):
         black_box, data, budget=40, n_initial=6, seed=0, raw_samples=16, acquisition="gradient", gradient_tol=0.5
     ).explain(data[2])
     assert res.stopped_early and len(res.y_samples) < 40 and res.x_samples.shape[0] == len(res.y_samples)
-    assert (res.gradient_std < 0.5 + 1e-9).all() or len(res.y_samples) >= 7
+    assert (res.gradient_std < 0.5).all()  # the returned surrogate is the one that met the rule
+    assert len(res.y_samples) >= 7  # x + 6 initial points, then at least one check

@@ -267,9 +267,12 @@ class LocalGPExplainer:
             state = model.state_dict()
             if n >= self.budget:
                 break
-            if self.gradient_tol is not None:
-                std = PosteriorGradient(model)(u0[None]).variance[0].clamp_min(0).sqrt().detach().numpy()
-                if np.all(std * ys / scale < self.gradient_tol):
+            if self.gradient_tol is not None and self._gradient_ok(model, u0, ys, scale):
+                if n_fit != n:  # the rule holds with the old hyperparameters: refit on all samples, check again
+                    messages += fit_surrogate(model, maxiter=self.refit_maxiter)
+                    n_fit = n
+                    state = model.state_dict()
+                if self._gradient_ok(model, u0, ys, scale):
                     stopped = True
                     break
             with warnings.catch_warnings(record=True) as caught:
@@ -286,6 +289,10 @@ class LocalGPExplainer:
         if bar is not None:
             bar.close()
         return self._result(model, x, X_all, y_all, ym, ys, scale, baseline, messages, stopped)
+
+    def _gradient_ok(self, model, u0, ys, scale) -> bool:
+        std = PosteriorGradient(model)(u0[None]).variance[0].clamp_min(0).sqrt().detach().numpy()
+        return bool(np.all(std * ys / scale < self.gradient_tol))
 
     # ------------------------------------------------------------------ acquisition
     def _propose(self, model, u0, bounds, q, cat_pos, x, scale, rng) -> torch.Tensor:
@@ -366,7 +373,7 @@ class LocalGPExplainer:
         if baseline is None:
             b = np.clip(self.training_data.mean(0), lo, hi)
         else:
-            b = self._check_x(baseline)
+            b = self._check_x(baseline).copy()
         b[np.setdiff1d(np.arange(D), act)] = x[np.setdiff1d(np.arange(D), act)]
         ig = IntegratedGradients(model, baseline=self._to_u(b[None, :], x, scale)[0])(u0)
         ig_mean = np.zeros(D)
