@@ -94,10 +94,10 @@ class GradientVarianceReduction(AcquisitionFunction):
 
     Example:
         >>> import torch
-        >>> from botorch.models import SingleTaskGP
         >>> from gpytorch_explain.local.acquisition import GradientVarianceReduction
+        >>> from gpytorch_explain.local.surrogate import make_surrogate
         >>> U = torch.rand(6, 2, dtype=torch.float64) * 2 - 1
-        >>> gp = SingleTaskGP(U, U.sum(-1, keepdim=True)).eval()
+        >>> gp = make_surrogate(U, U.sum(-1)).eval()
         >>> acq = GradientVarianceReduction(gp, torch.zeros(2, dtype=torch.float64))
         >>> acq(torch.rand(4, 1, 2, dtype=torch.float64)).shape
         torch.Size([4])

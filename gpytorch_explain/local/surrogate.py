@@ -14,6 +14,7 @@ import math
 import warnings
 
 import torch
+from botorch import settings as botorch_settings
 from botorch.models import SingleTaskGP
 from botorch.optim.core import OptimizationStatus
 from botorch.optim.fit import fit_gpytorch_mll_scipy
@@ -38,7 +39,9 @@ def make_surrogate(U: Tensor, y: Tensor, state: dict | None = None) -> SingleTas
         lengthscale_prior=prior,
         lengthscale_constraint=GreaterThan(5e-2, transform=None, initial_value=prior.mode),
     ).to(U)
-    model = SingleTaskGP(U, y.unsqueeze(-1), covar_module=kernel, outcome_transform=None, input_transform=None)
+    # BoTorch's unit-cube check targets its own default priors; ours is set for the box [-1, 1]^d
+    with botorch_settings.validate_input_scaling(False):
+        model = SingleTaskGP(U, y.unsqueeze(-1), covar_module=kernel, outcome_transform=None, input_transform=None)
     if state is not None:
         keep = {k: v for k, v in state.items() if not k.startswith("train_")}
         model.load_state_dict(keep, strict=False)
