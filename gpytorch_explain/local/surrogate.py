@@ -24,7 +24,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import LogNormalPrior
 from torch import Tensor
 
-__all__ = ["make_surrogate", "fit_surrogate", "loo_predictions", "loo_r2"]
+__all__ = ["make_surrogate", "fit_surrogate", "log_posterior", "loo_predictions", "loo_r2"]
 
 
 def make_surrogate(U: Tensor, y: Tensor, state: dict | None = None) -> SingleTaskGP:
@@ -75,6 +75,19 @@ def fit_surrogate(model: SingleTaskGP, maxiter: int = 200) -> list[str]:
         messages.append(f"surrogate fit (n={model.train_targets.numel()}): {w.category.__name__}: {w.message}")
     model.eval()
     return messages
+
+
+def log_posterior(model: SingleTaskGP) -> float:
+    """The fitted objective: marginal log likelihood plus log priors, per sample (``-inf`` if it fails)."""
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    model.train()
+    try:
+        with torch.no_grad():
+            value = float(mll(model(*model.train_inputs), model.train_targets))
+    except Exception:  # pragma: no cover - numerical failure
+        value = float("-inf")
+    model.eval()
+    return value
 
 
 def _dense_train_covariance(model: SingleTaskGP) -> tuple[Tensor, Tensor]:
