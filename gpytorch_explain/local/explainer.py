@@ -43,7 +43,7 @@ from ..attribution import IntegratedGradients, PosteriorGradient
 from .acquisition import ACQUISITIONS, make_acquisition
 from .blackbox import BlackBox
 from .result import LocalExplanation, _to_numpy
-from .surrogate import fit_surrogate, log_posterior, loo_r2, make_surrogate
+from .surrogate import fit_surrogate, loo_r2, make_surrogate
 
 __all__ = ["LocalGPExplainer"]
 
@@ -73,8 +73,7 @@ class LocalGPExplainer:
         iterations) on the first design, whenever the sample count has grown by this factor since the last
         refit, and always on the final samples; in between the surrogate is conditioned on the new samples
         with the previous hyperparameters. ``1.0`` refits at every step (slower). The fit on the final samples
-        runs to convergence (at most ``final_maxiter`` iterations) from the warm start and from the prior's mode,
-        keeping the higher log posterior, so the explanation depends less on the path of the intermediate fits.
+        runs longer (at most ``final_maxiter`` iterations), so that it converges.
     :param input_type: ``"auto"``, ``"numpy"`` or ``"torch"`` (what ``predict_fn`` receives).
     :param num_threads: torch threads during :meth:`explain` (restored afterwards). The surrogate's matrices
         are tiny (``budget`` rows), where thread start-up dominates: one thread is ~100x faster on a loaded
@@ -112,7 +111,7 @@ class LocalGPExplainer:
         num_mc_points: int = 256,
         refit_maxiter: int = 60,
         refit_growth: float = 1.5,
-        final_maxiter: int = 500,
+        final_maxiter: int = 200,
         input_type: str = "auto",
         num_threads: int | None = 1,
         progress: bool = False,
@@ -266,11 +265,6 @@ class LocalGPExplainer:
             if state is None or n >= self.budget or n >= self.refit_growth * n_fit:
                 final = n >= self.budget
                 messages += fit_surrogate(model, maxiter=self.final_maxiter if final else self.refit_maxiter)
-                if final:  # a second fit from the prior's mode; the better posterior wins (less path dependence)
-                    fresh = make_surrogate(model.train_inputs[0], model.train_targets)
-                    fresh_messages = fit_surrogate(fresh, maxiter=self.final_maxiter)
-                    if log_posterior(fresh) > log_posterior(model):
-                        model, messages = fresh, messages + fresh_messages
                 n_fit = n
             else:
                 model.eval()
