@@ -31,6 +31,8 @@ __all__ = [
     "GPXKernel",
     "PartitionedKernel",
     "PartitionedKernelLinearOperator",
+    "LocalExplanation",
+    "LocalGPExplainer",
     "GPXModel",
     "GPXPredictionStrategy",
     "GPXVariationalELBO",
@@ -41,3 +43,15 @@ __all__ = [
     "median_heuristic_lengthscale",
     "settings",
 ]
+
+#: names served from subpackages that import BoTorch, loaded on first use (``import gpytorch_explain`` stays light)
+_LAZY = {"LocalGPExplainer": "local", "LocalExplanation": "local", "local": None}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(".local", __name__)
+        return module if _LAZY[name] is None else getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

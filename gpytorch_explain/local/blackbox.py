@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+r"""Adapters that turn any prediction function into a validated black box ``(m, D) -> (m,)``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["BlackBox", "from_sklearn_classifier", "from_sklearn_regressor"]
+
+
+def from_sklearn_regressor(model: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """A black box for a fitted scikit-learn regressor (or pipeline): ``model.predict(X)``.
+
+    Example:
+        >>> import numpy as np
+        >>> from sklearn.linear_model import LinearRegression
+        >>> from gpytorch_explain.local import from_sklearn_regressor
+        >>> X = np.random.RandomState(0).randn(20, 2)
+        >>> f = from_sklearn_regressor(LinearRegression().fit(X, X @ [1.0, -2.0]))
+        >>> f(X[:3]).shape
+        (3,)
+    """
+    if not hasattr(model, "predict"):
+        raise TypeError(f"from_sklearn_regressor needs an object with .predict, got {type(model).__name__}.")
+
+    def predict(X: np.ndarray) -> np.ndarray:
+        return np.asarray(model.predict(X), dtype=np.float64).reshape(len(X))
+
+    return predict
+
+
+def from_sklearn_classifier(model: Any, class_index: int = 1) -> Callable[[np.ndarray], np.ndarray]:
+    """A black box for a fitted scikit-learn classifier: ``model.predict_proba(X)[:, class_index]``.
+
+    Example:
+        >>> import numpy as np
+        >>> from sklearn.linear_model import LogisticRegression
+        >>> from gpytorch_explain.local import from_sklearn_classifier
+        >>> X = np.random.RandomState(0).randn(40, 2)
+        >>> f = from_sklearn_classifier(LogisticRegression().fit(X, X[:, 0] > 0), class_index=1)
+        >>> bool(((f(X) >= 0) & (f(X) <= 1)).all())
+        True
+    """
+    if not hasattr(model, "predict_proba"):
+        raise TypeError(
+            f"from_sklearn_classifier needs an object with .predict_proba (e.g. SVC(probability=True)), "
+            f"got {type(model).__name__}."
+        )
+    classes = getattr(model, "classes_", None)
+    if classes is not None and not 0 <= int(class_index) < len(classes):
+        raise ValueError(f"class_index {class_index} is out of range for a classifier with {len(classes)} classes.")
+    k = int(class_index)
+
+    def predict(X: np.ndarray) -> np.ndarray:
+        proba = np.asarray(model.predict_proba(X), dtype=np.float64)
+        if proba.ndim != 2 or not 0 <= k < proba.shape[1]:
+            raise ValueError(f"predict_proba returned shape {proba.shape}; cannot take column {k}.")
+        return proba[:, k]
+
+    return predict
+
+
+class BlackBox:
+    r"""Wrap ``predict_fn`` so that it maps an ``(m, D)`` float64 array to an ``(m,)`` float64 array.
+
+    ``torch.nn.Module``\ s (or any callable with ``input_type="torch"``) receive a tensor in the
+    dtype of their first parameter (float64 when they have none), evaluated under ``torch.no_grad()``;
+    other callables receive a numpy array. The output may be a numpy array, list or tensor of ``m``
+    numbers (``(m,)`` or ``(m, 1)``). Wrong shapes, NaN and inf are errors naming the problem.
+    The number of rows evaluated so far is counted in :attr:`calls`.
+    """
+
+    def __init__(self, predict_fn: Callable, num_features: int, input_type: str = "auto"):
+        if not callable(predict_fn):
+            raise TypeError(f"predict_fn must be callable, got {type(predict_fn).__name__}.")
+        if input_type not in ("auto", "numpy", "torch"):
+            raise ValueError(f"input_type must be 'auto', 'numpy' or 'torch', got {input_type!r}.")
+        if input_type == "auto":
+            input_type = "torch" if isinstance(predict_fn, torch.nn.Module) else "numpy"
+        self.predict_fn = predict_fn
+        self.num_features = int(num_features)
+        self.input_type = input_type
+        self.calls = 0
+
+    def _torch_dtype(self) -> torch.dtype:
+        params = getattr(self.predict_fn, "parameters", None)
+        if params is not None:
+            for p in params():
+                if p.is_floating_point():
+                    return p.dtype
+        return torch.float64
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.num_features:
+            raise ValueError(f"internal: black-box input must be (m, {self.num_features}), got {X.shape}.")
+        m = X.shape[0]
+        if self.input_type == "torch":
+            with torch.no_grad():
+                out = self.predict_fn(torch.as_tensor(X, dtype=self._torch_dtype()))
+        else:
+            out = self.predict_fn(X.copy())
+        if torch.is_tensor(out):
+            out = out.detach().cpu().double().numpy()
+        try:
+            out = np.asarray(out, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise TypeError(
+                f"predict_fn must return m numbers (array, list or tensor), got {type(out).__name__}."
+            ) from err
+        if out.ndim == 2 and out.shape[1] == 1:
+            out = out[:, 0]
+        if out.shape != (m,):
+            hint = " (for a classifier use from_sklearn_classifier(model, class_index))" if out.ndim == 2 else ""
+            raise ValueError(f"predict_fn returned shape {out.shape} for {m} rows; expected ({m},){hint}.")
+        if not np.isfinite(out).all():
+            bad = int((~np.isfinite(out)).sum())
+            raise ValueError(f"predict_fn returned {bad} NaN or infinite value(s) for {m} rows.")
+        self.calls += m
+        return out

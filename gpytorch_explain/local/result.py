@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+r"""The result of :meth:`~gpytorch_explain.local.LocalGPExplainer.explain`: scores with uncertainty, samples, plots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+__all__ = ["LocalExplanation"]
+
+
+@dataclass
+class LocalExplanation:
+    r"""A local explanation of a black box at one instance ``x`` (all arrays numpy, in the user's units).
+
+    :ivar relevance: ``(D,)`` ARD relevance :math:`1/\ell_i` (lengthscales in box units
+        :math:`r\sigma_i`) normalised to sum to 1 (the paper's score); 0 for zero-variance features.
+    :ivar gradient_mean: ``(D,)`` posterior mean of :math:`\partial f/\partial x_i` of the surrogate at ``x``.
+    :ivar gradient_std: ``(D,)`` its posterior standard deviation (latent).
+    :ivar integrated_gradients: ``(D,)`` posterior mean of the surrogate's integrated gradients from
+        ``baseline`` to ``x`` (they sum to the surrogate's :math:`f(\mathbf x) - f(\mathbf b)`).
+    :ivar integrated_gradients_std: ``(D,)`` their posterior standard deviation.
+    :ivar x_samples: ``(n, D)`` every row the black box was called on, in call order, ``x`` first
+        (``n`` = budget, or fewer when the stopping rule fired).
+    :ivar y_samples: ``(n,)`` the black box's outputs.
+    :ivar fidelity: leave-one-out :math:`R^2` of the surrogate on its samples (closed form).
+    :ivar warnings: messages from the surrogate fits and checks (empty when all went well).
+    """
+
+    x: np.ndarray
+    relevance: np.ndarray
+    gradient_mean: np.ndarray
+    gradient_std: np.ndarray
+    integrated_gradients: np.ndarray
+    integrated_gradients_std: np.ndarray
+    baseline: np.ndarray
+    x_samples: np.ndarray
+    y_samples: np.ndarray
+    fidelity: float
+    feature_names: list[str]
+    acquisition: str
+    lengthscales: np.ndarray
+    stopped_early: bool = False
+    warnings: list[str] = field(default_factory=list)
+    _predict: object = field(default=None, repr=False)
+
+    def predict(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """The surrogate's posterior mean and std (latent) at ``X`` (``(m, D)``, user units)."""
+        if self._predict is None:
+            raise RuntimeError("This explanation carries no surrogate.")
+        return self._predict(np.atleast_2d(np.asarray(X, dtype=np.float64)))
+
+    def summary(self, top_k: int | None = None) -> str:
+        """A text table of the features ordered by relevance (± is 1 posterior std, latent)."""
+        order = np.argsort(-self.relevance, kind="stable")
+        if top_k is not None:
+            order = order[:top_k]
+        width = max([len(n) for n in self.feature_names] + [7])
+        lines = [
+            f"Local GP explanation ({self.acquisition}, {len(self.y_samples)} black-box calls, "
+            f"LOO R² = {self.fidelity:.3f}{', stopped early' if self.stopped_early else ''})",
+            f"{'feature':<{width}}  {'value':>10}  {'relevance':>9}  {'gradient ± 1 std':>24}  {'IG ± 1 std':>24}",
+        ]
+        for j in order:
+            lines.append(
+                f"{self.feature_names[j]:<{width}}  {self.x[j]:>10.4g}  {self.relevance[j]:>9.3f}  "
+                f"{self.gradient_mean[j]:>11.4g} ± {self.gradient_std[j]:<10.3g}  "
+                f"{self.integrated_gradients[j]:>11.4g} ± {self.integrated_gradients_std[j]:<10.3g}"
+            )
+        if self.warnings:
+            lines.append(f"{len(self.warnings)} warning(s); see .warnings")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def plot(self, top_k: int | None = None, axes=None):
+        """Relevance, gradient and IG bars (error bars: ±1 posterior std, latent). Needs matplotlib.
+
+        :return: the three matplotlib Axes.
+        """
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError as err:  # pragma: no cover - depends on the environment
+            raise ImportError("Plotting needs matplotlib: pip install matplotlib") from err
+        order = np.argsort(-self.relevance, kind="stable")
+        if top_k is not None:
+            order = order[:top_k]
+        order = order[::-1]
+        names = [self.feature_names[j] for j in order]
+        if axes is None:
+            _, axes = plt.subplots(1, 3, figsize=(13, 0.3 * len(order) + 1.6), sharey=True)
+        pos = np.arange(len(order))
+        axes[0].barh(pos, self.relevance[order], color="tab:gray")
+        axes[0].set_xlabel("ARD relevance 1/ℓ (sums to 1)")
+        for ax, mean, std, label in (
+            (axes[1], self.gradient_mean, self.gradient_std, "∂f/∂x at x"),
+            (axes[2], self.integrated_gradients, self.integrated_gradients_std, "integrated gradients"),
+        ):
+            vals = mean[order]
+            ax.barh(pos, vals, xerr=std[order], capsize=3, color=np.where(vals > 0, "tab:red", "tab:blue"), alpha=0.85)
+            ax.axvline(0.0, color="black", linewidth=0.8)
+            ax.set_xlabel(f"{label} (error bars: ±1 posterior std)")
+        axes[0].set_yticks(pos)
+        axes[0].set_yticklabels(names)
+        axes[0].figure.suptitle(
+            f"Local GP explanation: {len(self.y_samples)} calls ({self.acquisition}), LOO R² = {self.fidelity:.2f}"
+        )
+        axes[0].figure.tight_layout()
+        return axes
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().double().numpy()

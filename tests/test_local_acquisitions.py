@@ -1,0 +1,36 @@
+"""Every acquisition of LocalGPExplainer, batches and the stopping rule."""
+
+import numpy as np
+import pytest
+
+from gpytorch_explain.local import ACQUISITIONS, LocalGPExplainer
+
+A = np.array([1.0, -2.0, 0.5])
+
+
+def black_box(X):
+    return X @ A + 0.1 * np.sin(X[:, 1] * X[:, 2])
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.RandomState(0).randn(300, 3)
+
+
+@pytest.mark.parametrize("acquisition", ACQUISITIONS)
+def test_every_acquisition_runs_with_batches(acquisition, data):
+    res = LocalGPExplainer(
+        black_box, data, acquisition=acquisition, budget=10, n_initial=3, q=3, seed=0, raw_samples=16, num_mc_points=32
+    ).explain(data[2])
+    assert res.x_samples.shape == (10, 3)  # 1 + 3 initial, then 3 + 3, (the last batch cut to fit)
+    assert np.isfinite(res.gradient_mean).all() and np.isfinite(res.gradient_std).all()
+    assert len(np.unique(res.x_samples, axis=0)) >= 8
+
+
+def test_stopping_rule_gives_fewer_rows(data):
+    res = LocalGPExplainer(
+        black_box, data, budget=40, n_initial=6, seed=0, raw_samples=16, acquisition="gradient", gradient_tol=0.5
+    ).explain(data[2])
+    assert res.stopped_early and len(res.y_samples) < 40 and res.x_samples.shape[0] == len(res.y_samples)
+    assert (res.gradient_std < 0.5).all()  # the returned surrogate is the one that met the rule
+    assert len(res.y_samples) >= 7  # x + 6 initial points, then at least one check

@@ -1,0 +1,153 @@
+"""LocalGPExplainer's contract on black boxes with known local structure."""
+
+import numpy as np
+import pytest
+import torch
+
+from gpytorch_explain.local import LocalGPExplainer, from_sklearn_classifier, from_sklearn_regressor
+
+A = np.array([1.0, -2.0, 0.5, 0.0, 0.0, 0.0])  # features 3-5 have no effect
+
+
+def black_box(X):
+    return X @ A + 0.1 * np.sin(X[:, 1] * X[:, 2])
+
+
+def true_gradient(x):
+    g = A.copy()
+    g[1] += 0.1 * np.cos(x[1] * x[2]) * x[2]
+    g[2] += 0.1 * np.cos(x[1] * x[2]) * x[1]
+    return g
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.RandomState(0).randn(300, 6)
+
+
+@pytest.fixture(scope="module")
+def result(data):
+    return LocalGPExplainer(black_box, data, acquisition="gradient", budget=30, seed=1, interval=0.5).explain(data[0])
+
+
+def test_contract_shapes_and_exact_budget(result, data):
+    D = data.shape[1]
+    for name in ("relevance", "gradient_mean", "gradient_std", "integrated_gradients", "integrated_gradients_std"):
+        arr = getattr(result, name)
+        assert isinstance(arr, np.ndarray) and arr.shape == (D,), name
+    assert result.x_samples.shape == (30, D) and result.y_samples.shape == (30,)
+    np.testing.assert_array_equal(result.x_samples[0], data[0])
+    np.testing.assert_allclose(result.y_samples, black_box(result.x_samples))
+    assert result.relevance.sum() == pytest.approx(1.0) and (result.relevance >= 0).all()
+    lo, hi = data[0] - 0.5 * data.std(0), data[0] + 0.5 * data.std(0)
+    assert ((result.x_samples >= lo - 1e-9) & (result.x_samples <= hi + 1e-9)).all()
+    assert 0.9 < result.fidelity <= 1.0
+
+
+def test_irrelevant_features_and_true_gradient(result, data):
+    rel, g, s = result.relevance, result.gradient_mean, result.gradient_std
+    assert rel[3:].max() < 0.5 * rel[:3].min()
+    assert rel[3:].sum() < 0.2
+    assert (np.abs(g[3:]) <= 2 * s[3:]).all()
+    inside = np.abs(g - true_gradient(data[0])) <= 2 * s
+    assert inside.sum() >= 5, (g, s, true_gradient(data[0]))
+
+
+def test_deterministic_under_seed_and_varies_without(data):
+    kw = dict(budget=12, raw_samples=16, acquisition="lcb", n_initial=4)
+    r1 = LocalGPExplainer(black_box, data, seed=3, **kw).explain(data[1])
+    r2 = LocalGPExplainer(black_box, data, seed=3, **kw).explain(torch.as_tensor(data[1]))
+    np.testing.assert_array_equal(r1.x_samples, r2.x_samples)
+    np.testing.assert_array_equal(r1.gradient_mean, r2.gradient_mean)
+    np.testing.assert_array_equal(r1.relevance, r2.relevance)
+    r3 = LocalGPExplainer(black_box, data, seed=4, **kw).explain(data[1])
+    assert not np.array_equal(r1.x_samples, r3.x_samples)
+
+
+def test_categorical_and_zero_variance_features(data):
+    rs = np.random.RandomState(1)
+    X = data[:, :4].copy()
+    X[:, 1] = rs.choice([0.0, 1.0, 5.0], size=len(X))  # categorical
+    X[:, 3] = 7.0  # zero variance
+
+    def f(Z):
+        return Z[:, 0] + 0.5 * Z[:, 1] + Z[:, 2] ** 2 + 100.0 * (Z[:, 3] - 7.0)
+
+    res = LocalGPExplainer(
+        f, X, categorical_features=[1], budget=16, seed=0, raw_samples=16, feature_names=["a", "cat", "c", "const"]
+    ).explain(X[0])
+    assert set(np.unique(res.x_samples[:, 1])) <= {0.0, 1.0, 5.0}
+    assert len(np.unique(res.x_samples[:, 1])) >= 2
+    assert (res.x_samples[:, 3] == 7.0).all()
+    assert res.relevance[3] == 0.0 and res.gradient_mean[3] == 0.0 and res.gradient_std[3] == 0.0
+    assert res.integrated_gradients[3] == 0.0 and res.integrated_gradients_std[3] == 0.0
+    assert np.isfinite(res.relevance).all() and res.relevance.sum() == pytest.approx(1.0)
+    text = res.summary()
+    assert "const" in text and "± 1 std" in text
+
+
+def test_bad_inputs(data):
+    with pytest.raises(ValueError, match="shape"):
+        LocalGPExplainer(lambda X: np.zeros((len(X), 2)), data, budget=12).explain(data[0])
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        LocalGPExplainer(lambda X: np.full(len(X), np.nan), data, budget=12).explain(data[0])
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        LocalGPExplainer(lambda X: np.where(X[:, 0] > 0, np.inf, 0.0), data, budget=12).explain(data[0])
+    ex = LocalGPExplainer(black_box, data, budget=12)
+    with pytest.raises(ValueError, match="shape \\(6,\\)"):
+        ex.explain(data[0, :4])
+    with pytest.raises(ValueError, match="NaN"):
+        ex.explain(np.full(6, np.nan))
+    with pytest.raises(IndexError, match="out of range"):
+        LocalGPExplainer(black_box, data, categorical_features=[6])
+    with pytest.raises(ValueError, match="initial design"):
+        LocalGPExplainer(black_box, data, budget=5, n_initial=4)
+    with pytest.raises(ValueError, match="initial design"):
+        LocalGPExplainer(black_box, data, budget=2)
+    with pytest.raises(ValueError, match="Unknown acquisition"):
+        LocalGPExplainer(black_box, data, acquisition="ucb")
+    with pytest.raises(ValueError, match="zero variance"):
+        LocalGPExplainer(black_box, np.ones((10, 6)))
+    with pytest.raises(TypeError, match="callable"):
+        LocalGPExplainer(3.0, data)
+    with pytest.raises(TypeError, match="predict_proba"):
+        from_sklearn_classifier(object())
+
+
+def test_sklearn_helpers_and_torch_module(data):
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+
+    X = data[:, :3]
+    reg = LinearRegression().fit(X, X @ [1.0, 2.0, 0.0])
+    res = LocalGPExplainer(from_sklearn_regressor(reg), X, budget=10, n_initial=4, seed=0, raw_samples=16).explain(X[0])
+    assert res.x_samples.shape == (10, 3)
+    clf = LogisticRegression().fit(X, X[:, 0] > 0)
+    res = LocalGPExplainer(from_sklearn_classifier(clf, 1), X, budget=10, n_initial=4, seed=0, raw_samples=16).explain(
+        X[0]
+    )
+    assert ((res.y_samples >= 0) & (res.y_samples <= 1)).all()
+    with pytest.raises(ValueError, match="class_index"):
+        from_sklearn_classifier(clf, 2)
+    seen = []
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 1)
+
+        def forward(self, z):
+            seen.append(type(z))
+            return self.lin(z)
+
+    res = LocalGPExplainer(Net(), X, budget=10, n_initial=4, seed=0, raw_samples=16).explain(X[0])
+    assert seen and all(t is torch.Tensor for t in seen) and res.y_samples.shape == (10,)
+
+
+def test_plot(result):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    axes = result.plot()
+    assert len(axes) == 3 and "±1 posterior std" in axes[1].get_xlabel()
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
