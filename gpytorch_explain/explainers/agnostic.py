@@ -58,8 +58,7 @@ class LimeExplainer(Explainer):
         coef = np.zeros_like(xa)
         for i, row in enumerate(xa):
             exp = self.lime.explain_instance(row, self.predict_fn, num_features=D, num_samples=self.num_samples)
-            (pairs,) = exp.local_exp.values()  # regression: one entry
-            for j, c in pairs:
+            for j, c in exp.local_exp[1]:  # regression: key 1 is the model (key 0 is its negation)
                 coef[i, j] = c
         scale = self.lime.scaler.scale_
         mean = self.lime.scaler.mean_
