@@ -84,9 +84,14 @@ def test_gradient_input_explainer_matches_autograd(gp):
 def test_ard_and_kl_explainers(gp):
     model, x = gp
     out = ARDExplainer(model).explain(x[:2])
-    np.testing.assert_allclose(out.contributions, [[1.0, 0.5, 0.25]] * 2, atol=1e-12)
+    np.testing.assert_allclose(out.weights, [[1.0, 0.5, 0.25]] * 2, atol=1e-12)
+    np.testing.assert_allclose(out.contributions, out.weights * x[:2].numpy(), atol=1e-12)
+    b = torch.tensor([0.5, 0.0, -1.0], dtype=torch.float64)
+    out_b = ARDExplainer(model, baseline=b).explain(x[:2])
+    np.testing.assert_allclose(out_b.contributions, out.weights * (x[:2] - b).numpy(), atol=1e-12)
     kl = KLExplainer(model).explain(x[:2])
-    assert kl.contributions.shape == (2, 3) and (kl.contributions >= 0).all()
+    assert kl.contributions.shape == (2, 3) and (kl.weights >= 0).all()
+    np.testing.assert_allclose(kl.contributions, kl.weights * x[:2].numpy(), atol=1e-12)
     gpr = _GP(x, x[:, 0]).double()
     gpr.covar_module = gpytorch.kernels.RBFKernel().double()
     with pytest.raises(TypeError, match="one lengthscale per feature"):

@@ -93,40 +93,50 @@ def _ard_lengthscale(kernel: Kernel) -> Tensor:
     return ls.detach().reshape(-1)
 
 
+def _relevance_output(rel: Tensor, x: Tensor, baseline: Tensor | None) -> ExplainerOutput:
+    """Relevance as weights, contributions = relevance ⊙ (x - baseline) (the GPX paper's weights ⊙ z)."""
+    diff = x if baseline is None else x - baseline.to(x)
+    return ExplainerOutput(rel * diff, None, rel)
+
+
 class ARDExplainer(Explainer):
-    r"""ARD relevance: :math:`1/\ell_j` of the model's ARD kernel (``ScaleKernel`` wrappers are looked through),
-    the same for every sample; ``contributions`` and ``weights`` are both that relevance, broadcast to
-    ``(m, D)`` (global, so its stability score is 0). Not additive.
+    r"""ARD relevance: :math:`r_j = 1/\ell_j` of the model's ARD kernel (``ScaleKernel`` wrappers are looked
+    through), the same for every sample. As in the GPX paper, which treats relevances as the weights of a
+    local linear explanation, ``weights`` are :math:`r` (global, so the stability score is 0) and
+    ``contributions`` are :math:`r_j (x_j - b_j)` with ``baseline`` :math:`\mathbf b` (default 0, the training
+    mean for standardised inputs). Not additive.
     """
 
     name = "ARD"
     additive = False
 
-    def __init__(self, model):
+    def __init__(self, model, baseline: Tensor | None = None):
         self.model = model
+        self.baseline = baseline
 
     def explain(self, x: Tensor) -> ExplainerOutput:
         rel = 1.0 / _ard_lengthscale(self.model.covar_module)
         if rel.numel() != x.size(-1):
             raise ValueError(f"The kernel has {rel.numel()} lengthscales but x has {x.size(-1)} features.")
-        rel = rel.to(x).expand_as(x)
-        return ExplainerOutput(rel, None, rel)
+        return _relevance_output(rel.to(x).expand_as(x), x, self.baseline)
 
 
 class KLExplainer(Explainer):
-    r"""KL relevance (Paananen et al. 2019) of a GP at each point, :func:`~gpytorch_explain.attribution.
-    kl_relevance.kl_relevance` with :math:`\Delta = 10^{-3}` (as in the GPX paper); ``contributions`` and
-    ``weights`` are both the (non-negative) relevance. Not additive.
+    r"""KL relevance (Paananen et al. 2019) of a GP at each point,
+    :func:`~gpytorch_explain.attribution.kl_relevance.kl_relevance` with :math:`\Delta = 10^{-3}` (as in the
+    GPX paper). ``weights`` are the (non-negative) relevances :math:`r_j(\mathbf x)`, ``contributions``
+    :math:`r_j(\mathbf x)(x_j - b_j)` as for :class:`ARDExplainer`. Not additive.
     """
 
     name = "KL"
     additive = False
 
-    def __init__(self, model, delta: float = 1e-3, observation_noise: bool = True):
+    def __init__(self, model, delta: float = 1e-3, observation_noise: bool = True, baseline: Tensor | None = None):
         self.model = model
         self.delta = delta
         self.observation_noise = observation_noise
+        self.baseline = baseline
 
     def explain(self, x: Tensor) -> ExplainerOutput:
         rel = kl_relevance(self.model, x, delta=self.delta, observation_noise=self.observation_noise)
-        return ExplainerOutput(rel, None, rel)
+        return _relevance_output(rel, x, self.baseline)
