@@ -10,6 +10,7 @@ from .agnostic import CaptumIGExplainer, KernelShapExplainer, LimeExplainer
 from .base import Explainer, ExplainerOutput
 from .gp import ARDExplainer, GPXExplainer, GradientInputExplainer, IGExplainer, KLExplainer
 from .linear import LinearExplainer
+from .plotting import plot_summary, plot_weight_maps
 
 # LocalGPExplainer: being built on branch `local` (another helper). When it lands, add an adapter here:
 #     class LocalGPExplainerAdapter(Explainer): name = "LocalGP"; explain(x) -> ExplainerOutput(...)
@@ -27,4 +28,6 @@ __all__ = [
     "KernelShapExplainer",
     "LimeExplainer",
     "LinearExplainer",
+    "plot_summary",
+    "plot_weight_maps",
 ]
