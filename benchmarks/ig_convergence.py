@@ -109,7 +109,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--n-train", type=int, default=800)
     p.add_argument("--points", type=int, default=10, help="test points for the quadrature study")
-    p.add_argument("--draws", type=int, default=50, help="RFGP realisations per M (the paper uses 500)")
+    p.add_argument("--draws", type=int, default=30, help="RFGP realisations per M (the paper uses 500)")
     args = p.parse_args()
     if args.quick:
         args.n_train, args.points, args.draws = 300, 3, 10

@@ -61,7 +61,10 @@ def faithfulness(predict_fn: Callable, x, contributions, baseline=None) -> np.nd
     - **Degenerate rows**: if a sample's contributions or its prediction changes are constant across features
       (e.g. all zero, or a global model with a feature at its baseline), the correlation is undefined and that
       sample's score is ``nan`` (a ``RuntimeWarning`` says how many). Aggregate with ``np.nanmean``.
-    - Features whose value already equals the baseline have :math:`\Delta_{ij} = 0` and are kept.
+    - Features whose value already equals the baseline have :math:`\Delta_{ij} = 0` and are kept, as are
+      features with zero contribution: every one of the :math:`D` features enters the correlation.
+    - The prediction change is :math:`f(\mathbf x) - f(\mathbf x^{(-j)})` (positive when removing the feature
+      lowers the prediction), so contributions that add up to the prediction correlate positively.
 
     :param predict_fn: maps an ``(n, D)`` input (a tensor of ``x``'s dtype/device if ``x`` is a tensor, else a
         numpy array) to ``n`` predictions. Called once on all ``m·(D+1)`` perturbed inputs.
@@ -125,8 +128,8 @@ def sufficiency(
 
     Choices the paper leaves open:
 
-    - **Ties** in :math:`|\phi_{ij}|` are broken in favour of the lower feature index (stable sort), so the
-      result is deterministic.
+    - **Ties** in :math:`|\phi_{ij}|` (including zero contributions) are broken in favour of the lower feature
+      index (stable sort), so the result is deterministic.
     - **k ≥ D** keeps every feature, so the score is exactly 0 (Figure 2 plots :math:`k` up to 10 also for
       datasets with fewer features).
     - **Baseline**: as in :func:`faithfulness` (``None`` = column mean of ``x``).
