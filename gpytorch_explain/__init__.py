@@ -1,6 +1,6 @@
 """gpytorch-explain: Gaussian-process models that explain themselves, with calibrated uncertainty."""
 
-from . import metrics, settings
+from . import explainers, metrics, settings
 from .attribution import CompletenessGaps, IntegratedGradients, PosteriorGradient
 from .errors import ConvergenceError, ModelStateError
 from .explanation import GPXExplanation
@@ -27,6 +27,7 @@ __all__ = [
     "LowRankHadamardLinearOperator",
     "WeightPosteriorLinearOperator",
     "median_heuristic_lengthscale",
+    "explainers",
     "metrics",
     "settings",
 ]
