@@ -1,6 +1,6 @@
 """gpytorch-explain: Gaussian-process models that explain themselves, with calibrated uncertainty."""
 
-from . import settings
+from . import explainers, metrics, settings
 from .attribution import CompletenessGaps, IntegratedGradients, PosteriorGradient, global_importance
 from .errors import (
     AutogradFallbackWarning,
@@ -41,6 +41,8 @@ __all__ = [
     "LowRankHadamardLinearOperator",
     "WeightPosteriorLinearOperator",
     "median_heuristic_lengthscale",
+    "explainers",
+    "metrics",
     "settings",
 ]
 

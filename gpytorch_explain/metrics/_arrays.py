@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Conversion and checks shared by the metric functions (numpy arrays or torch tensors in, numpy out)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+__all__ = ["as_array", "call_predict", "resolve_baseline"]
+
+
+def as_array(name: str, value, ndims: tuple[int, ...] | None = None, allow_nan: bool = False) -> np.ndarray:
+    """``value`` (array-like or tensor) as a float64 numpy array, with its shape and finiteness checked."""
+    if torch.is_tensor(value):
+        value = value.detach().cpu().double().numpy()
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a numeric array or tensor, got {type(value).__name__}.") from exc
+    if ndims is not None and arr.ndim not in ndims:
+        want = " or ".join(f"{d}-D" for d in ndims)
+        raise ValueError(f"{name} must be {want}, got shape {arr.shape}.")
+    if not allow_nan and not np.isfinite(arr).all():
+        raise ValueError(f"{name} contains {int((~np.isfinite(arr)).sum())} NaN or infinite value(s).")
+    return arr
+
+
+def resolve_baseline(baseline, x: np.ndarray) -> np.ndarray:
+    """The ``(m, D)`` baseline: ``None`` -> column mean of ``x``; ``(D,)`` -> broadcast; ``(m, D)`` as is."""
+    m, D = x.shape
+    if baseline is None:
+        return np.broadcast_to(x.mean(0), (m, D))
+    b = as_array("baseline", baseline, (1, 2))
+    if b.shape not in ((D,), (m, D)):
+        raise ValueError(f"baseline must have shape (D,) = ({D},) or (m, D) = ({m}, {D}), got {b.shape}.")
+    return np.broadcast_to(b, (m, D))
+
+
+def call_predict(predict_fn: Callable, points: np.ndarray, like) -> np.ndarray:
+    """Call ``predict_fn`` on ``points`` given as the type of ``like`` (tensor of its dtype/device, or numpy).
+
+    The output must have one finite value per row; it is returned as a float64 numpy vector.
+    """
+    if torch.is_tensor(like):
+        arg = torch.as_tensor(points, dtype=like.dtype if like.is_floating_point() else torch.float64,
+                              device=like.device)
+    else:
+        arg = points
+    with torch.no_grad():
+        out = predict_fn(arg)
+    out = as_array("predict_fn output", out)
+    if out.ndim == 2 and out.shape[1] == 1:
+        out = out[:, 0]
+    if out.shape != (points.shape[0],):
+        raise ValueError(
+            f"predict_fn must map an (n, D) input to n predictions; for n = {points.shape[0]} it returned "
+            f"shape {out.shape}."
+        )
+    return out
