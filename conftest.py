@@ -14,13 +14,17 @@ from gpytorch_explain._compat import _BOTORCH_GLOBALS, import_botorch
 
 import_botorch()
 
+#: torch's default dtype when the session starts; every test starts from it (a test module that changed it at
+#: import time would otherwise change it for every test collected after it)
+_SESSION_DTYPE = torch.get_default_dtype()
+
 
 @pytest.fixture(autouse=True)
 def _restore_global_state():
-    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(_SESSION_DTYPE)
     saved = [(getattr(mod, name), attr) for mod, name, attr in _BOTORCH_GLOBALS]
     saved = [(obj, attr, getattr(obj, attr)) for obj, attr in saved]
     yield
-    torch.set_default_dtype(dtype)
+    torch.set_default_dtype(_SESSION_DTYPE)
     for obj, attr, value in saved:
         setattr(obj, attr, value)
