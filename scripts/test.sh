@@ -6,6 +6,6 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source scripts/env.sh test
 echo "[test] ruff"
-ruff check gpytorch_explain tests benchmarks tutorials scripts
+ruff check gpytorch_explain tests benchmarks tutorials scripts conftest.py
 echo "[test] pytest"
 python -m pytest "$@"
