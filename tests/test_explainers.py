@@ -108,6 +108,7 @@ def test_linear_explainer_adds_up_to_prediction_difference():
 
 
 def test_kernel_shap_on_linear_function_is_exact():
+    pytest.importorskip("shap")
     w = np.array([1.0, -2.0, 0.5])
     bg = np.array([[0.0, 1.0, 2.0], [2.0, -1.0, 0.0]])
     x = np.array([[1.0, 1.0, 1.0], [3.0, 0.0, -1.0]])
@@ -116,6 +117,7 @@ def test_kernel_shap_on_linear_function_is_exact():
 
 
 def test_lime_on_linear_function_recovers_weights():
+    pytest.importorskip("lime")
     rng = np.random.default_rng(0)
     train = rng.normal(size=(200, 3))
     w = np.array([1.0, -2.0, 0.5])
@@ -124,6 +126,7 @@ def test_lime_on_linear_function_recovers_weights():
 
 
 def test_captum_ig_matches_exact_ig_mean(gp):
+    pytest.importorskip("captum")
     model, x = gp
     b = x.mean(0)
     exact = IGExplainer(model, baseline=b).explain(x[:3]).contributions
