@@ -11,7 +11,6 @@ from gpytorch_explain.local.acquisition import gradient_cross_covariance
 from gpytorch_explain.local.surrogate import make_surrogate
 
 
-
 @pytest.fixture(autouse=True)
 def _float64_default():
     old = torch.get_default_dtype()
