@@ -43,6 +43,8 @@ class GPXExplanation:
             classification: the prediction is :math:`P(y=1)`, the contributions are on the latent scale) or
             ``"other"`` (any other likelihood).
         latent_scale: name of the latent's scale in text and plots (e.g. ``"probit"``, ``"logit"``).
+        intercept: the constant mean that the weights do not explain (``GPXModel(..., intercept=True)`` or
+            ``standardize_y=True``; 0 otherwise): :math:`\mathbb E[f_*] = \text{intercept} + \sum_l \phi_l`.
 
     Example:
         >>> import torch
@@ -68,6 +70,7 @@ class GPXExplanation:
     feature_names: Sequence[str] | None = field(default=None)
     outcome: str = "regression"
     latent_scale: str = "latent"
+    intercept: float = 0.0
 
     def __post_init__(self):
         d = self.weights_mean.size(-1)
@@ -126,8 +129,9 @@ class GPXExplanation:
 
     @property
     def latent_mean(self) -> Tensor:
-        r"""Posterior mean of the latent :math:`f_* = \sum_l \phi_l` (the sum of the contributions), ``(m,)``."""
-        return self.contributions_mean.sum(-1)
+        r"""Posterior mean of the latent :math:`f_* = \text{intercept} + \sum_l \phi_l` (the intercept plus the sum
+        of the contributions), ``(m,)``."""
+        return self.contributions_mean.sum(-1) + self.intercept
 
     def to_numpy(self) -> dict[str, np.ndarray | list[str]]:
         """All fields (and derived contributions) as NumPy arrays."""
@@ -183,14 +187,18 @@ class GPXExplanation:
             feature_names=self.feature_names,
             outcome=self.outcome,
             latent_scale=self.latent_scale,
+            intercept=self.intercept,
         )
 
     def headline(self, i: int = 0) -> list[str]:
         """The two lines that state the prediction of sample ``i`` and its scale (used by :meth:`summary`)."""
         i = self._point(i)
         scale = "latent f" if self.latent_scale == "latent" else f"latent f ({self.latent_scale} scale)"
+        total = "sum of contributions"
+        if self.intercept != 0:
+            total = f"intercept {self.intercept:+.4f} + {total}"
         lines = [
-            f"{scale} = sum of contributions = {self.latent_mean[i].item():+.4f} ± {self.latent_std[i].item():.4f} "
+            f"{scale} = {total} = {self.latent_mean[i].item():+.4f} ± {self.latent_std[i].item():.4f} "
             "(± 1 std, latent posterior)"
         ]
         mean, std = self.prediction_mean[i].item(), self.prediction_std[i].item()

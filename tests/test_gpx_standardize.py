@@ -168,3 +168,17 @@ def test_intercept_is_learned_and_not_explained():
     expl = model.explain(x[:10])
     assert torch.allclose(expl.contributions_mean.sum(-1) + model.intercept, model(x[:10]).mean, atol=1e-8)
     assert _r2(model(x).mean, f + 5.0) > 0.99
+
+
+@pytest.mark.parametrize("flags", [{"intercept": True}, {"standardize_y": True}])
+def test_explanation_states_the_intercept_its_contributions_leave_out(flags):
+    x, f, g = _signal(60, 7)
+    y = 40.0 + 3.0 * f + 0.1 * torch.randn(60, generator=g, dtype=DTYPE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = GPXModel(x, y, **flags).fit(max_iter=30)
+    expl = model.explain(x[:5])
+    assert expl.intercept != 0 and expl.intercept == pytest.approx(float(model.intercept))
+    torch.testing.assert_close(expl.latent_mean, model(x[:5]).mean, rtol=0, atol=1e-8)
+    torch.testing.assert_close(expl[2].latent_mean, expl.latent_mean[2:3], rtol=0, atol=0)
+    assert f"intercept {expl.intercept:+.4f} + sum of contributions" in expl.summary(0)

@@ -548,6 +548,7 @@ class GPXModel(gpytorch.models.ExactGP):
             weights_mean=weights.mean.detach(),
             weights_covariance=blocks.detach(),
             feature_names=self.feature_names,
+            intercept=float(self.intercept),
         )
 
     # ----------------------------------------------------------------- training
