@@ -127,6 +127,9 @@ class GPR(gpytorch.models.ExactGP):
 
 def fit_gpr(x: torch.Tensor, y: torch.Tensor, ard: bool, max_iter: int) -> GPR:
     model = GPR(x, y, ard).double()
+    # A noise floor of 1e-4 (y is standardised): Abalone has near-duplicate rows, and without it the ARD fit drove
+    # the noise towards 0 until the covariance was singular even with 1e-3 jitter.
+    model.likelihood.noise_covar.register_constraint("raw_noise", gpytorch.constraints.GreaterThan(1e-4))
     model.likelihood.noise = 0.01
     model.covar_module.outputscale = 1.0
     ls = median_heuristic_lengthscale(x)
