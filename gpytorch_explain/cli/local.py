@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+r"""``gpytorch-explain local``: explain one row of a CSV for a saved scikit-learn model (BO-LIME with a GP surrogate).
+
+Uses :class:`gpytorch_explain.LocalGPExplainer` with the CSV as training data (feature scales, baseline = the
+training mean) and prints the relevance, the gradient mean ± 1 std and the integrated gradients ± 1 std per feature.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import warnings
+
+import numpy as np
+
+from .dataio import NAN_POLICIES, CLIError, atomic_output, atomic_path, check_input_file, handle_nan, read_csv
+
+__all__ = ["add_parser", "run"]
+
+ACQUISITIONS = ("lcb", "ei", "pi", "mpi", "variance", "integrated_variance", "gradient")
+
+EXAMPLES = """\
+examples:
+  gpytorch-explain local --sklearn model.joblib data.csv --row 3
+  gpytorch-explain local --sklearn model.joblib data.csv --row 3 --target y --budget 30 --out local.csv
+  gpytorch-explain local --sklearn clf.joblib data.csv --row 0 --class-index 1 --acquisition gradient --plot r0.png
+
+Rows count from 0 (the first line after the header). Every other column is a feature, in the order the model
+was fitted on; drop the label column with --target. Classifiers are explained through predict_proba[:, k].
+"""
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "local",
+        help="explain one row for a scikit-learn model saved with joblib",
+        description="Explain one row of a CSV for a fitted scikit-learn estimator (saved with joblib) with a local "
+        "GP surrogate (LocalGPExplainer): relevance, gradient and integrated gradients with their stds.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--sklearn", required=True, metavar="MODEL", help="estimator saved with joblib.dump")
+    parser.add_argument("data", help="CSV file of training data (header row); one of its rows is explained")
+    parser.add_argument("--row", type=int, required=True, help="the row to explain (0 = first data row)")
+    parser.add_argument("--budget", type=int, default=50, help="black-box calls, the row itself included (50)")
+    parser.add_argument("--acquisition", choices=ACQUISITIONS, default="lcb", help="how samples are chosen (lcb)")
+    parser.add_argument("--target", metavar="COLUMN", help="a column to drop (e.g. the label)")
+    parser.add_argument(
+        "--class-index",
+        type=int,
+        help="explain predict_proba[:, k] (default for classifiers: 1, the second class)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--nan",
+        choices=NAN_POLICIES,
+        default="error",
+        help="rows with missing values: error (default), drop them, or fill with column means",
+    )
+    parser.add_argument("--out", metavar="FILE", help="write the per-feature table to this CSV")
+    parser.add_argument("--plot", metavar="FILE", help="write relevance/gradient/IG bars to this PNG")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _load_estimator(path: str):
+    check_input_file(path, "model file")
+    try:
+        import joblib
+    except ImportError:
+        raise CLIError("local --sklearn needs joblib (it comes with scikit-learn): pip install scikit-learn") from None
+    try:
+        return joblib.load(path)
+    except Exception as err:  # pickle and joblib raise many types for a file that is not theirs
+        raise CLIError(f"{path}: cannot load it with joblib ({type(err).__name__}: {str(err)[:100]})") from None
+
+
+def _black_box(estimator, class_index: int | None):
+    from ..local import from_sklearn_classifier, from_sklearn_regressor
+
+    is_classifier = getattr(estimator, "_estimator_type", None) == "classifier"
+    try:
+        from sklearn.base import is_classifier as sk_is_classifier
+
+        is_classifier = bool(sk_is_classifier(estimator))
+    except ImportError:
+        pass
+    try:
+        if class_index is not None or is_classifier:
+            k = 1 if class_index is None else class_index
+            predict = from_sklearn_classifier(estimator, class_index=k)
+            classes = getattr(estimator, "classes_", None)
+            label = f"P(class = {classes[k]!r})" if classes is not None else f"predict_proba[:, {k}]"
+            return predict, label
+        return from_sklearn_regressor(estimator), "prediction"
+    except (TypeError, ValueError) as err:
+        raise CLIError(str(err)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    estimator = _load_estimator(args.sklearn)
+    table = read_csv(args.data)
+    if args.target is not None:
+        table.require([args.target], "--target column")
+    features = [name for name in table.header if name != args.target]
+    if not features:
+        raise CLIError(f"{args.data}: no feature columns")
+    expected = getattr(estimator, "feature_names_in_", None)
+    if expected is not None:
+        expected = [str(name) for name in expected]
+        table.require(expected, "column the model was fitted on")
+        features = expected  # the model's order
+    n_in = getattr(estimator, "n_features_in_", None)
+    if n_in is not None and n_in != len(features):
+        raise CLIError(
+            f"the model expects {n_in} features but {args.data} has {len(features)} ({','.join(features)}); "
+            "drop the label column with --target"
+        )
+    if not 0 <= args.row < len(table):
+        last = len(table) - 1
+        raise CLIError(f"--row {args.row} is out of range: {args.data} has {len(table)} data rows (0 to {last})")
+    values = table.numeric(features)
+    values, kept = handle_nan(values, features, args.nan, args.data)
+    if args.row not in kept:
+        raise CLIError(f"row {args.row} has missing values and was dropped by --nan drop")
+    x = values[int(np.flatnonzero(kept == args.row)[0])]
+    predict, label = _black_box(estimator, args.class_index)
+
+    def quiet_predict(X: np.ndarray) -> np.ndarray:
+        with warnings.catch_warnings():  # a model fitted on a DataFrame warns about numpy input at every call
+            warnings.filterwarnings("ignore", message="X does not have valid feature names")
+            return predict(X)
+
+    if args.plot is not None:
+        from .plots import require_matplotlib
+
+        require_matplotlib()
+    from .. import LocalGPExplainer
+
+    try:
+        explainer = LocalGPExplainer(
+            quiet_predict,
+            values,
+            acquisition=args.acquisition,
+            budget=args.budget,
+            feature_names=features,
+            seed=args.seed,
+            progress=not args.quiet,
+        )
+    except (ValueError, IndexError) as err:
+        raise CLIError(str(err)) from None
+    result = explainer.explain(x)
+    print(f"row {args.row} of {args.data}: {label} = {float(result.y_samples[0]):.6g}")
+    print(result.summary())
+    for message in result.warnings:
+        print(f"warning: {message}", file=sys.stderr)
+    if args.plot is not None:
+        plt = require_matplotlib()
+        axes = result.plot()
+        try:
+            with atomic_path(args.plot) as tmp:
+                axes[0].figure.savefig(tmp, dpi=100)
+        finally:
+            plt.close(axes[0].figure)
+    if args.out is not None:
+        with atomic_output(args.out, newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(
+                [
+                    "feature",
+                    "value",
+                    "baseline",
+                    "relevance",
+                    "gradient_mean",
+                    "gradient_std",
+                    "integrated_gradients",
+                    "integrated_gradients_std",
+                ]
+            )
+            for j, name in enumerate(features):
+                writer.writerow(
+                    [name]
+                    + [
+                        f"{float(a[j]):.17g}"
+                        for a in (
+                            result.x,
+                            result.baseline,
+                            result.relevance,
+                            result.gradient_mean,
+                            result.gradient_std,
+                            result.integrated_gradients,
+                            result.integrated_gradients_std,
+                        )
+                    ]
+                )
+    return 0
