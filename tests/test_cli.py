@@ -30,11 +30,19 @@ ROOT = Path(__file__).resolve().parents[1]
 N, FEATURES = 60, ["a", "b", "c"]
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def _command(*args: str) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run(
-        [sys.executable, "-m", "gpytorch_explain", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    return [sys.executable, "-m", "gpytorch_explain", *args], env
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    command, env = _command(*args)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
+    command, env = _command(*args)
+    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
@@ -76,22 +84,32 @@ def files(tmp_path_factory, data):
 
 
 @pytest.fixture(scope="module")
-def gpx_file(files):
-    res = run_cli("fit", "train.csv", "--target", "y", "--features", "a,b,c", "--iterations", "25", "--out", "gpx.pt",
-                  cwd=files)  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    assert "fitted gpx on n = 60 rows, features = a,b,c" in res.stdout and "final loss" in res.stdout
-    assert "GPX fit" in res.stderr  # the progress bar (tqdm writes to stderr)
-    return files / "gpx.pt"
+def fitted(files):
+    """``fit`` of both model kinds, run as two concurrent processes."""
+    common = ["train.csv", "--target", "y", "--features", "a,b,c", "--iterations", "25"]
+    procs = {
+        kind: start_cli("fit", *common, "--model", kind, *(["--quiet"] if kind == "gpr" else []), "--out", f"{kind}.pt",
+                        cwd=files)  # fmt: skip
+        for kind in ("gpx", "gpr")
+    }
+    results = {kind: proc.communicate(timeout=300) for kind, proc in procs.items()}
+    for kind, proc in procs.items():
+        assert proc.returncode == 0, results[kind][1]
+        out = results[kind][0]
+        assert f"fitted {kind} on n = 60 rows, features = a,b,c" in out and "final loss" in out
+    assert "GPX fit" in results["gpx"][1]  # the progress bar (tqdm writes to stderr)
+    assert results["gpr"][1] == ""  # --quiet: no progress bar
+    return files
 
 
 @pytest.fixture(scope="module")
-def gpr_file(files):
-    res = run_cli("fit", "train.csv", "--target", "y", "--features", "a,b,c", "--model", "gpr", "--iterations", "25",
-                  "--quiet", "--out", "gpr.pt", cwd=files)  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    assert "fitted gpr on n = 60 rows" in res.stdout and res.stderr == ""  # --quiet: no progress bar
-    return files / "gpr.pt"
+def gpx_file(fitted):
+    return fitted / "gpx.pt"
+
+
+@pytest.fixture(scope="module")
+def gpr_file(fitted):
+    return fitted / "gpr.pt"
 
 
 def standardised(data):
@@ -391,6 +409,34 @@ def test_local_errors(tmp_path, capsys):
     assert_error(capsys, ["local", "--sklearn", str(tmp_path / "d.csv"), str(tmp_path / "d.csv"), "--row", "0"],
                  "cannot load it with joblib")  # fmt: skip
     assert_error(capsys, [*base, "--row", "0", "--target", "label", "--budget", "2"], "budget = 2")
+
+
+def test_missing_matplotlib_is_a_clear_error(files, gpx_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    assert_error(capsys, ["explain", str(gpx_file), str(files / "rows.csv"), "--out", str(tmp_path / "o.csv"),
+                          "--plots", str(tmp_path / "p")], "--plots needs matplotlib: pip install")  # fmt: skip
+    assert not list(tmp_path.iterdir())  # it stopped before doing any work
+
+
+def test_local_black_box_for_classifiers():
+    linear_model = pytest.importorskip("sklearn.linear_model")
+    from gpytorch_explain.cli.local import _black_box
+
+    X = np.random.default_rng(3).normal(size=(40, 2))
+    labels = np.where(X[:, 0] > 0, "yes", "no")
+    clf = linear_model.LogisticRegression().fit(X, labels)
+    predict, label = _black_box(clf, None)  # a classifier: P(second class) by default
+    assert label == "P(class = 'yes')"
+    np.testing.assert_allclose(predict(X[:3]), clf.predict_proba(X[:3])[:, 1])
+    predict, label = _black_box(clf, 0)
+    assert label == "P(class = 'no')"
+    np.testing.assert_allclose(predict(X[:3]), clf.predict_proba(X[:3])[:, 0])
+    with pytest.raises(CLIError, match="class_index 2 is out of range"):
+        _black_box(clf, 2)
+    reg = linear_model.LinearRegression().fit(X, X[:, 0])
+    predict, label = _black_box(reg, None)
+    assert label == "prediction"
+    np.testing.assert_allclose(predict(X[:3]), reg.predict(X[:3]))
 
 
 # ------------------------------------------------------------------------------ atomic output under failure

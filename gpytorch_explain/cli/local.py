@@ -92,7 +92,7 @@ def _black_box(estimator, class_index: int | None):
             k = 1 if class_index is None else class_index
             predict = from_sklearn_classifier(estimator, class_index=k)
             classes = getattr(estimator, "classes_", None)
-            label = f"P(class = {classes[k]!r})" if classes is not None else f"predict_proba[:, {k}]"
+            label = f"P(class = {str(classes[k])!r})" if classes is not None else f"predict_proba[:, {k}]"
             return predict, label
         return from_sklearn_regressor(estimator), "prediction"
     except (TypeError, ValueError) as err:
