@@ -374,6 +374,12 @@ def test_explain_errors(files, gpx_file, tmp_path, capsys, monkeypatch):
     assert_error(capsys, ["explain", "gpx.pt", "rows.csv", "--row-ids", "key", "--out", out],
                  "no --row-ids column 'key'")  # fmt: skip
     assert not os.path.exists(out) and not list(tmp_path.glob(".out.csv*"))
+    # another package version with the same format is read, with a note
+    payload.update(format_version=modelfile.FORMAT_VERSION, package_version="0.0.1")
+    torch.save(payload, tmp_path / "older.pt")
+    code, _, err = cli(capsys, "explain", str(tmp_path / "older.pt"), "rows.csv", "--out", out)
+    assert code == 0 and "written by gpytorch-explain 0.0.1" in err and "the file format is the same" in err
+    assert len(read_out(Path(out))[1]) == 5
 
 
 def test_explain_nan_policies_use_the_training_means(files, gpx_file, tmp_path, capsys):

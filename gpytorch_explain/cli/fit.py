@@ -146,15 +146,18 @@ def run(args: argparse.Namespace) -> int:
     train_z = None if z_raw is None else as_tensor((z_raw - z_mean) / z_std)
 
     torch.manual_seed(args.seed)
-    if args.model == "gpx":
-        from .. import GPXModel
+    try:
+        if args.model == "gpx":
+            from .. import GPXModel
 
-        model = GPXModel(train_x, train_y, train_z, feature_names=z_names or features)
-        model.fit(max_iter=args.iterations, progress=not args.quiet)
-        history = list(model.fit_history)
-    else:
-        model = StandardGPR(train_x, train_y)
-        history = _fit_gpr(model, args.iterations, progress=not args.quiet)
+            model = GPXModel(train_x, train_y, train_z, feature_names=z_names or features)
+            model.fit(max_iter=args.iterations, progress=not args.quiet)
+            history = list(model.fit_history)
+        else:
+            model = StandardGPR(train_x, train_y)
+            history = _fit_gpr(model, args.iterations, progress=not args.quiet)
+    except MemoryError as err:  # GPX's memory check names the scalable alternatives
+        raise CLIError(f"not enough memory for an exact fit on {y.size} rows: {err}") from None
     final_loss = history[-1] if history else float("nan")
     if not math.isfinite(final_loss):
         raise CLIError(f"the fit ended with a non-finite loss ({final_loss}); nothing was written")

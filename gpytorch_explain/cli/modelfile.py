@@ -18,6 +18,8 @@ One ``torch.save`` file holding a dict of tensors, strings and numbers only (rea
 
 from __future__ import annotations
 
+import sys
+
 import gpytorch
 import numpy as np
 import torch
@@ -128,6 +130,12 @@ def load_payload(path: str) -> dict:
             f"{path} has model-file format version {version} (written by gpytorch-explain "
             f"{payload.get('package_version', '?')}); this gpytorch-explain {__version__} reads format "
             f"{FORMAT_VERSION}: refit with `gpytorch-explain fit`"
+        )
+    if payload.get("package_version") != __version__:
+        print(
+            f"note: {path} was written by gpytorch-explain {payload.get('package_version', '?')} (this is "
+            f"{__version__}); the file format is the same",
+            file=sys.stderr,
         )
     missing = [key for key in _REQUIRED if key not in payload]
     if missing or payload["kind"] not in ("gpx", "gpr"):
