@@ -293,7 +293,7 @@ def test_fit_errors(files, tmp_path, capsys, monkeypatch):
                  "no feature column 'zz'", "the columns are id, a, b, c, y")  # fmt: skip
     # the id column is text: with the default features (all but the target) it is named with its row
     assert_error(capsys, ["fit", "train.csv", "--target", "y", "--out", "m.pt"],
-                 "column 'id', row 0 (line 2): 's0' is not a number")  # fmt: skip
+                 "column 'id', row 0 (line 2): 's0' is not a number", "choose them with --features")  # fmt: skip
     (tmp_path / "empty.csv").write_text("")
     assert_error(capsys, ["fit", str(tmp_path / "empty.csv"), "--target", "y", "--out", "m.pt"], "is empty")
     (tmp_path / "header.csv").write_text("a,b,y\n")

@@ -115,7 +115,13 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"{flag} names {', '.join(map(repr, dup))} more than once")
     columns = list(dict.fromkeys([*features, *(z_names or [])]))
     table.require(columns, "feature column")
-    values = table.numeric(columns)
+    try:
+        values = table.numeric(columns)
+    except CLIError as err:
+        if args.features is None:
+            hint = "the features default to every column but the target; choose them with --features"
+            raise CLIError(f"{err} ({hint})") from None
+        raise
     y = table.numeric([args.target])[:, 0]
     y_ok = ~np.isnan(y)
     if not y_ok.all() and args.nan == "error":
