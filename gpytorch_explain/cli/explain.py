@@ -26,6 +26,7 @@ import argparse
 import csv
 import os
 import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -57,8 +58,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "explain",
         help="explain the rows of a CSV with a fitted model file",
-        description="Predict each row of a CSV with a model file from `gpytorch-explain fit`, with each feature's "
-        "contribution and its std (GPX: local contributions; GPR: integrated gradients from the training mean).",
+        description=textwrap.fill(
+            "Predict each row of a CSV with a model file from `gpytorch-explain fit`, with each feature's "
+            "contribution and its std (GPX: local contributions; GPR: integrated gradients from the training mean).",
+            100,
+        ),
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import textwrap
 
 import numpy as np
 import torch
@@ -30,8 +31,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "fit",
         help="fit a GPX (or GP regression) model to a CSV and save it",
-        description="Fit a GPX model (default) or a GP regression model to a CSV file and save it, with its "
-        "preprocessing, to one model file.",
+        description=textwrap.fill(
+            "Fit a GPX model (default) or a GP regression model to a CSV file and save it, with its "
+            "preprocessing, to one model file.",
+            100,
+        ),
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -35,8 +36,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "local",
         help="explain one row for a scikit-learn model saved with joblib",
-        description="Explain one row of a CSV for a fitted scikit-learn estimator (saved with joblib) with a local "
-        "GP surrogate (LocalGPExplainer): relevance, gradient and integrated gradients with their stds.",
+        description=textwrap.fill(
+            "Explain one row of a CSV for a fitted scikit-learn estimator (saved with joblib) with a local "
+            "GP surrogate (LocalGPExplainer): relevance, gradient and integrated gradients with their stds.",
+            100,
+        ),
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
