@@ -53,11 +53,10 @@ from linear_operator.operators import (
 )
 from torch import Tensor
 
+from ..distributions import GPXMultivariateNormal
 from ..explanation import GPXExplanation
 from ..kernels import GPXKernel
-from ..utils import check_feature_names, check_matrix, check_same_rows, check_vector, median_heuristic_lengthscale
-from .variational_gpx_elbo import (
-    WEIGHT_NOISE_ATTR,
+from ..mlls.gpx_variational_elbo import (
     GPXVariationalELBO,
     _is_probit_bernoulli,
     _label_scheme,
@@ -65,7 +64,8 @@ from .variational_gpx_elbo import (
     bernoulli_label_signs,
     gpx_expected_log_prob,
 )
-from .variational_gpx_strategy import GPXVariationalStrategy
+from ..utils import check_feature_names, check_matrix, check_same_rows, check_vector, median_heuristic_lengthscale
+from ..variational import GPXVariationalStrategy
 
 __all__ = [
     "WEIGHT_NOISE_FLOOR",
@@ -324,14 +324,13 @@ class VariationalGPXModel(ApproximateGP):
         return torch.cat([x, z], dim=-1)
 
     # ----------------------------------------------------------------- GPyTorch API
-    def forward(self, inputs: Tensor) -> MultivariateNormal:
+    def forward(self, inputs: Tensor) -> GPXMultivariateNormal:
         r"""The GPX prior of :math:`\mathbf f`: :math:`\mathcal N(\mathbf 0, (\mathbf K+\sigma_w^2\mathbf I)\odot
-        \mathbf Z\mathbf Z^\top)`."""
+        \mathbf Z\mathbf Z^\top)`, carrying the weight-noise variance :math:`\sigma_w^2\|\mathbf z_i\|^2`."""
         covar = self.covar_module(inputs)
-        out = MultivariateNormal(torch.zeros(covar.shape[:-1], dtype=covar.dtype, device=covar.device), covar)
         _, z = self.covar_module.split_inputs(inputs)
-        setattr(out, WEIGHT_NOISE_ATTR, self.weight_noise * z.square().sum(-1))
-        return out
+        mean = torch.zeros(covar.shape[:-1], dtype=covar.dtype, device=covar.device)
+        return GPXMultivariateNormal(mean, covar, weight_noise_variance=self.weight_noise * z.square().sum(-1))
 
     def __call__(self, x: Tensor, z: Tensor | None = None, prior: bool = False, **kwargs) -> MultivariateNormal:
         r""":math:`q(\mathbf f_*)` at :math:`(\mathbf x_*, \mathbf z_*)` (the prior when ``prior=True``)."""
