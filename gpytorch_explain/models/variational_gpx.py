@@ -21,11 +21,8 @@ and :math:`q(\mathbf v) = \mathcal N(\mathbf m, \mathbf S)` over all :math:`dM` 
 
 from __future__ import annotations
 
-import math
-import warnings
 from collections.abc import Iterable, Sequence
 
-import gpytorch
 import torch
 from gpytorch.constraints import GreaterThan
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
@@ -45,7 +42,6 @@ from gpytorch.variational import (
     NaturalVariationalDistribution,
 )
 from gpytorch.variational._variational_distribution import _VariationalDistribution
-from gpytorch.variational.natural_variational_distribution import _NaturalVariationalDistribution
 from linear_operator.operators import (
     IdentityLinearOperator,
     KroneckerProductLinearOperator,
@@ -55,16 +51,16 @@ from torch import Tensor
 
 from ..distributions import GPXMultivariateNormal
 from ..explanation import GPXExplanation
+from ..fit import fit_variational_gpx_model
 from ..kernels import GPXKernel
 from ..mlls.gpx_variational_elbo import (
     GPXVariationalELBO,
     _is_probit_bernoulli,
-    _label_scheme,
     _nested_gauss_hermite,  # noqa: F401 (re-exported: tests and users import it from here)
     bernoulli_label_signs,
     gpx_expected_log_prob,
 )
-from ..utils import check_feature_names, check_matrix, check_same_rows, check_vector, median_heuristic_lengthscale
+from ..utils import check_feature_names, check_matrix, check_same_rows, median_heuristic_lengthscale
 from ..variational import GPXVariationalStrategy
 
 __all__ = [
@@ -437,31 +433,6 @@ class VariationalGPXModel(ApproximateGP):
         )
 
     # ----------------------------------------------------------------- training
-    def _loader(
-        self, train_x, train_y, train_z, batch_size: int, shuffle: bool, generator
-    ) -> tuple[Iterable, int | None]:
-        if torch.is_tensor(train_x):
-            if train_y is None:
-                raise ValueError("fit(train_x, train_y, ...) needs train_y when train_x is a tensor.")
-            inputs = self._make_inputs(train_x, train_z)
-            train_y = check_vector("train_y", train_y)
-            check_same_rows(train_x=inputs, train_y=train_y)
-            if inputs.size(0) == 0:
-                raise ValueError("train_x has no rows: nothing to fit.")
-            if train_y.dtype != inputs.dtype:
-                raise TypeError(f"train_y has dtype {train_y.dtype} but the model is {inputs.dtype}.")
-            if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-                raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-            dataset = torch.utils.data.TensorDataset(inputs, train_y)
-            loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator)
-            return loader, inputs.size(0)
-        if train_y is not None or train_z is not None:
-            raise ValueError("With a DataLoader, pass neither train_y nor train_z (the batches carry them).")
-        if not isinstance(train_x, Iterable):
-            raise TypeError(f"train_x must be a tensor or a DataLoader of batches, got {type(train_x).__name__}.")
-        dataset = getattr(train_x, "dataset", None)
-        return train_x, (len(dataset) if dataset is not None and hasattr(dataset, "__len__") else None)
-
     def fit(
         self,
         train_x: Tensor | Iterable,
@@ -477,7 +448,7 @@ class VariationalGPXModel(ApproximateGP):
         generator: torch.Generator | None = None,
         progress: bool = False,
     ) -> VariationalGPXModel:
-        r"""Maximise the ELBO by minibatch stochastic optimisation.
+        r"""Maximise the ELBO by minibatch stochastic optimisation: :func:`gpytorch_explain.fit_variational_gpx_model`.
 
         :param train_x: Either a tensor :math:`\mathbf X` (``(n, D)``; with ``train_y`` and, for separate features,
             ``train_z``), minibatched here, or a ``DataLoader`` (any iterable) of batches ``(inputs, y)`` with input
@@ -495,81 +466,18 @@ class VariationalGPXModel(ApproximateGP):
         :return: ``self`` in eval mode; ``self.fit_history`` holds the mean loss (negative ELBO per datum) of each
             epoch.
         """
-        objective = objective.lower()
-        if objective not in ("gpx", "elbo"):
-            raise ValueError(f"objective must be 'gpx' or 'elbo', got {objective!r}.")
-        if isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 0:
-            raise ValueError(f"num_epochs must be a non-negative int, got {num_epochs!r}.")
-        loader, size = self._loader(train_x, train_y, train_z, batch_size, shuffle, generator)
-        num_data = size if num_data is None else int(num_data)
-        if num_data is None or num_data < 1:
-            raise ValueError("fit could not infer the number of training samples; pass num_data.")
-        mll_class = GPXVariationalELBO if objective == "gpx" else gpytorch.mlls.VariationalELBO
-        mll = mll_class(self.likelihood, self, num_data=num_data)
-
-        dist = self.variational_strategy._variational_distribution
-        natural = isinstance(dist, _NaturalVariationalDistribution)
-        var_ids = {id(p) for p in dist.parameters()}
-        others = [p for p in self.parameters() if p.requires_grad and (not natural or id(p) not in var_ids)]
-        optimizers: list[torch.optim.Optimizer] = []
-        if natural:
-            optimizers.append(gpytorch.optim.NGD(list(dist.parameters()), num_data=num_data, lr=ngd_lr))
-        if others:
-            optimizers.append(torch.optim.Adam(others, lr=lr))
-
-        from tqdm.auto import tqdm
-
-        bernoulli = isinstance(self.likelihood, BernoulliLikelihood)
-        scheme: str | None = None  # the label scheme of a Bernoulli likelihood, fixed by the first batch with a -1 or 0
-        self.train()
-        self.likelihood.train()
-        history: list[float] = []
-        try:
-            # the bar counts epochs, its total num_epochs (one update per epoch)
-            epochs = tqdm(
-                range(num_epochs), total=num_epochs, desc="variational GPX fit (epochs)", disable=not progress
-            )
-            for _ in epochs:
-                total, count = 0.0, 0
-                for number, batch in enumerate(loader):
-                    if not isinstance(batch, (tuple, list)) or len(batch) not in (2, 3):
-                        raise ValueError("Each batch must be (inputs, y) or (x, z, y).")
-                    if torch.is_tensor(batch[-1]) and batch[-1].dim() >= 1 and batch[-1].size(0) == 0:
-                        raise ValueError(
-                            f"Batch {number} of the DataLoader has zero rows; every minibatch needs at least one row "
-                            "(check the sampler / drop_last settings)."
-                        )
-                    inputs = self._make_inputs(batch[0], batch[1] if len(batch) == 3 else None)
-                    target = check_vector("y", batch[-1])
-                    check_same_rows(inputs=inputs, y=target)
-                    if target.dtype != inputs.dtype:
-                        raise TypeError(f"y has dtype {target.dtype} but the model is {inputs.dtype}.")
-                    if bernoulli:
-                        signs = bernoulli_label_signs(target)
-                        scheme = _label_scheme(target, scheme, number)
-                        # GPyTorch's BernoulliLikelihood (plain ELBO) takes {0, 1}; ours takes either
-                        target = signs.add(1).div(2)
-                    for opt in optimizers:
-                        opt.zero_grad()
-                    loss = -mll(self(inputs), target)
-                    loss.backward()
-                    for opt in optimizers:
-                        opt.step()
-                    total += loss.item() * target.size(0)
-                    count += target.size(0)
-                if count == 0:
-                    raise ValueError(
-                        "The training data yielded no batches (an empty DataLoader or dataset): nothing to fit."
-                    )
-                history.append(total / count)
-        finally:
-            self.eval()
-            self.likelihood.eval()
-        if history and not math.isfinite(history[-1]):
-            warnings.warn(
-                "Variational GPX fit ended with a non-finite loss; check the data scaling.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        self.fit_history = history
-        return self
+        return fit_variational_gpx_model(
+            self,
+            train_x,
+            train_y,
+            train_z,
+            num_epochs=num_epochs,
+            lr=lr,
+            batch_size=batch_size,
+            ngd_lr=ngd_lr,
+            objective=objective,
+            num_data=num_data,
+            shuffle=shuffle,
+            generator=generator,
+            progress=progress,
+        )
