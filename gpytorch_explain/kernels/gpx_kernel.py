@@ -218,6 +218,16 @@ class GPXKernel(Kernel):
     def __call__(
         self, x1: Tensor, x2: Tensor | None = None, diag: bool = False, last_dim_is_batch: bool = False, **params
     ) -> LinearOperator | Tensor:
+        """The covariance, evaluated at once as a structured operator (like GPyTorch's ``ProductStructureKernel``,
+        which overrides ``__call__`` for the same reason: its result must not be sliced before evaluation).
+
+        ``Kernel.__call__`` would return a ``LazyEvaluatedKernelTensor`` that GPyTorch slices *before* evaluation
+        (the test/train block of the joint train+test covariance is then ``forward(X_test, X_train)``). The
+        weight-noise diagonal belongs to the sample index, which a sliced input no longer carries; evaluated here,
+        the joint operator is sliced by index instead (the sample-diagonal operator keeps diagonal blocks and drops
+        off-diagonal ones). "Same samples" is ``x2 is None`` or the same tensor: ``kernel(X, X.clone())`` is a
+        cross-covariance (see ``tests/test_gpx_kernel.py``). :meth:`forward` is the dense entry point.
+        """
         if last_dim_is_batch:
             raise NotImplementedError("GPXKernel does not support last_dim_is_batch.")
         if x1.dim() == 1:
