@@ -245,7 +245,7 @@ def fit_variational_gpx_model(
     :param num_data: :math:`n` for the ELBO's scaling (default: the dataset's length).
     :param shuffle, generator: Shuffling of the internal ``DataLoader``.
     :param progress: Show a tqdm progress bar over epochs.
-    :return: The model in eval mode; ``self.fit_history`` holds the mean loss (negative ELBO per datum) of each
+    :return: The model in eval mode; ``model.fit_history`` holds the mean loss (negative ELBO per datum) of each
         epoch.
     """
     model, mll = _unpack(
