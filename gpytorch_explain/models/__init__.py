@@ -6,7 +6,7 @@ from ..mlls import GPXVariationalELBO, gpx_expected_log_prob
 from ..variational import GPXVariationalStrategy
 from .gpx_model import GPXModel
 from .gpx_prediction_strategy import GPXPredictionStrategy
-from .variational_gpx import VariationalGPXModel
+from .variational_gpx_model import VariationalGPXModel
 
 __all__ = [
     "GPXModel",

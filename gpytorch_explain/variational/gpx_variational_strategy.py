@@ -39,7 +39,7 @@ from torch import Tensor
 from ..distributions import GPXMultivariateNormal
 
 if TYPE_CHECKING:
-    from ..models.variational_gpx import VariationalGPXModel
+    from ..models.variational_gpx_model import VariationalGPXModel
 
 __all__ = ["GPXVariationalStrategy"]
 
