@@ -10,6 +10,7 @@ from .errors import (
     QuadratureWarning,
 )
 from .explanation import GPXExplanation
+from .fit import fit_gpx_model, fit_variational_gpx_model
 from .kernels import GPXKernel, PartitionedKernel
 from .models import GPXModel, GPXPredictionStrategy, GPXVariationalELBO, GPXVariationalStrategy, VariationalGPXModel
 from .operators import LowRankHadamardLinearOperator, PartitionedKernelLinearOperator, WeightPosteriorLinearOperator
@@ -41,6 +42,8 @@ __all__ = [
     "LowRankHadamardLinearOperator",
     "WeightPosteriorLinearOperator",
     "median_heuristic_lengthscale",
+    "fit_gpx_model",
+    "fit_variational_gpx_model",
     "explainers",
     "metrics",
     "settings",

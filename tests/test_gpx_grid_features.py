@@ -23,8 +23,8 @@ from linear_operator.utils.warnings import NumericalWarning
 from gpytorch_explain import GPXModel
 from gpytorch_explain import settings as explain_settings
 from gpytorch_explain.kernels import grid_features, supports_grid_features
-from gpytorch_explain.kernels.ski_features import _GridInterpolatedLinearOperator
 from gpytorch_explain.operators import GPXInducingLinearOperator
+from gpytorch_explain.operators.grid_interpolated_linear_operator import _GridInterpolatedLinearOperator
 
 DT = torch.float64
 
@@ -284,7 +284,7 @@ def test_eval_mode_grid_stays_unless_test_points_leave_it():
 
 
 def test_features_in_row_blocks_keep_memory_and_gradients(monkeypatch):
-    from gpytorch_explain.kernels import ski_features
+    from gpytorch_explain.operators import grid_interpolated_linear_operator as ski_features
 
     kernel, dims = _kernel("2d_ard_scaled")
     x = torch.randn(40, dims, dtype=DT, generator=_gen(9))

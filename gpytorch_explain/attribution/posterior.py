@@ -14,6 +14,8 @@ from gpytorch.kernels import Kernel, LinearKernel, ProductKernel
 from gpytorch.likelihoods import _GaussianLikelihoodBase
 from gpytorch.models import ApproximateGP, ExactGP
 from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
+from gpytorch.utils.errors import CachingError
+from gpytorch.utils.memoize import add_to_cache, get_from_cache
 from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
@@ -313,17 +315,19 @@ class _FunctionalPosterior:
             with gsettings.cg_tolerance(gsettings.eval_cg_tolerance.value()):
                 return strategy.mean_cache
         # strategies whose mean cache lives elsewhere (feature, grid or inducing space): solve once
-        # with the strategy's own training covariance and keep it with the strategy
-        alpha = getattr(strategy, "_gpytorch_explain_alpha", None)
-        if alpha is None:
-            mvn = strategy.likelihood(strategy.train_prior_dist, strategy.train_inputs)
-            offset = (strategy.train_labels - mvn.loc).unsqueeze(-1)
-            with gsettings.cg_tolerance(gsettings.eval_cg_tolerance.value()):
-                alpha = mvn.lazy_covariance_matrix.evaluate_kernel().solve(offset).squeeze(-1)
-            if gsettings.detach_test_caches.on():
-                alpha = alpha.detach()
-            strategy._gpytorch_explain_alpha = alpha
-        return alpha
+        # with the strategy's own training covariance and keep it in the strategy's GPyTorch memo cache
+        # (gpytorch.utils.memoize, the cache its own @cached properties use)
+        try:
+            return get_from_cache(strategy, "gpytorch_explain_data_space_alpha")
+        except CachingError:
+            pass
+        mvn = strategy.likelihood(strategy.train_prior_dist, strategy.train_inputs)
+        offset = (strategy.train_labels - mvn.loc).unsqueeze(-1)
+        with gsettings.cg_tolerance(gsettings.eval_cg_tolerance.value()):
+            alpha = mvn.lazy_covariance_matrix.evaluate_kernel().solve(offset).squeeze(-1)
+        if gsettings.detach_test_caches.on():
+            alpha = alpha.detach()
+        return add_to_cache(strategy, "gpytorch_explain_data_space_alpha", alpha)
 
     def _factor(self, strategy):
         from ..models import GPXPredictionStrategy

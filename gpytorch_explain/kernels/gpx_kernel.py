@@ -9,11 +9,9 @@ import torch
 from gpytorch import settings as gsettings
 from gpytorch.constraints import Interval
 from gpytorch.kernels import InducingPointKernel, Kernel, ProductStructureKernel
-from gpytorch.mlls import AddedLossTerm
 from gpytorch.priors import Prior
 from linear_operator import to_dense
 from linear_operator.operators import (
-    AddedDiagLinearOperator,
     DiagLinearOperator,
     LinearOperator,
     MatmulLinearOperator,
@@ -23,7 +21,9 @@ from torch import Tensor
 
 from .. import settings as explain_settings
 from ..constraints import FlooredPositive
+from ..mlls.gpx_inducing_point_added_loss_term import GPXInducingPointAddedLossTerm
 from ..operators import GPXInducingLinearOperator, LowRankHadamardLinearOperator
+from ..operators.sample_diag_added_linear_operator import _SampleDiagAddedLinearOperator
 from .ski_features import gpytorch_grid_order_matters, grid_features, grid_operator, supports_grid_features
 
 __all__ = ["GPXKernel"]
@@ -36,62 +36,6 @@ DENSE_FEATURE_ELEMENTS = 2**26
 
 def _has_product_structure(kernel: Kernel) -> bool:
     return any(isinstance(m, ProductStructureKernel) for m in kernel.modules())
-
-
-def _contiguous_range(index, size: int) -> tuple[int, int] | None:
-    if isinstance(index, slice):
-        start, stop, step = index.indices(size)
-        if step == 1:
-            return start, max(start, stop)
-    return None
-
-
-class _SampleDiagAddedLinearOperator(AddedDiagLinearOperator):
-    """``A + D`` where the diagonal ``D`` is tied to the sample index.
-
-    Off-diagonal blocks (e.g. the test/train block of a joint train+test covariance) slice to
-    ``A``'s block alone, and diagonal blocks to ``A``'s block plus ``D``'s; other indices fall
-    back to the generic path.
-    """
-
-    def _getitem(self, row_index, col_index, *batch_indices):
-        rows = _contiguous_range(row_index, self.size(-2))
-        cols = _contiguous_range(col_index, self.size(-1))
-        if rows is not None and cols is not None:
-            base = self._linear_op._getitem(row_index, col_index, *batch_indices)
-            if rows[1] <= cols[0] or cols[1] <= rows[0]:
-                return base
-            if rows == cols:
-                diag = self._diag_tensor._diag
-                diag = diag.expand(*self.batch_shape, diag.size(-1))[(*batch_indices, row_index)]
-                return _SampleDiagAddedLinearOperator(base, DiagLinearOperator(diag))
-        return super()._getitem(row_index, col_index, *batch_indices)
-
-
-class GPXInducingPointAddedLossTerm(AddedLossTerm):
-    r"""The trace term of the collapsed (Titsias) bound for GPX with an inducing-point base kernel.
-
-    With :math:`g_l \mid \mathbf u_l` the exact conditional, :math:`\operatorname{Var}[f_i \mid \mathbf u]
-    = \|\mathbf z_i\|^2 (k_{ii} - q_{ii})` and the noise of :math:`y_i` given :math:`\mathbf g` is
-    :math:`\sigma_y^2 + \sigma_w^2\|\mathbf z_i\|^2`, so the bound adds
-
-    .. math::
-
-        -\frac12 \sum_i \frac{\|\mathbf z_i\|^2 (k_{ii} - q_{ii})}{\sigma_y^2 + \sigma_w^2 \|\mathbf z_i\|^2}
-
-    to :math:`\log\mathcal N(\mathbf y \mid \mathbf 0, \mathbf C_Q)`. (GPyTorch's own
-    ``InducingPointKernelAddedLossTerm`` is the :math:`d = 1`, :math:`\mathbf z = 1`, :math:`\sigma_w = 0` case.)
-    """
-
-    def __init__(self, trace_diag: Tensor, weight_diag: Tensor, likelihood):
-        self.trace_diag = trace_diag
-        self.weight_diag = weight_diag
-        self.likelihood = likelihood
-
-    def loss(self, *params) -> Tensor:
-        shape = self.trace_diag.shape
-        noise = self.likelihood._shaped_noise_covar(shape, *params).diagonal(dim1=-1, dim2=-2)
-        return -0.5 * (self.trace_diag / (noise + self.weight_diag)).sum(-1)
 
 
 #: Entries of ``K_xU`` evaluated at once by :func:`inducing_features` (its rows go in blocks): the kernel's
@@ -274,6 +218,16 @@ class GPXKernel(Kernel):
     def __call__(
         self, x1: Tensor, x2: Tensor | None = None, diag: bool = False, last_dim_is_batch: bool = False, **params
     ) -> LinearOperator | Tensor:
+        """The covariance, evaluated at once as a structured operator (like GPyTorch's ``ProductStructureKernel``,
+        which overrides ``__call__`` for the same reason: its result must not be sliced before evaluation).
+
+        ``Kernel.__call__`` would return a ``LazyEvaluatedKernelTensor`` that GPyTorch slices *before* evaluation
+        (the test/train block of the joint train+test covariance is then ``forward(X_test, X_train)``). The
+        weight-noise diagonal belongs to the sample index, which a sliced input no longer carries; evaluated here,
+        the joint operator is sliced by index instead (the sample-diagonal operator keeps diagonal blocks and drops
+        off-diagonal ones). "Same samples" is ``x2 is None`` or the same tensor: ``kernel(X, X.clone())`` is a
+        cross-covariance (see ``tests/test_gpx_kernel.py``). :meth:`forward` is the dense entry point.
+        """
         if last_dim_is_batch:
             raise NotImplementedError("GPXKernel does not support last_dim_is_batch.")
         if x1.dim() == 1:

@@ -12,26 +12,17 @@ from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNorm
 from gpytorch.kernels import InducingPointKernel, Kernel, RBFKernel, ScaleKernel
 from gpytorch.likelihoods import GaussianLikelihood, Likelihood
 from gpytorch.means import ConstantMean, ZeroMean
-from linear_operator import to_dense
-from linear_operator.operators import (
-    DiagLinearOperator,
-    LowRankRootAddedDiagLinearOperator,
-    LowRankRootLinearOperator,
-    ZeroLinearOperator,
-)
 from torch import Tensor
 
 from .. import settings as explain_settings
 from ..errors import ModelStateError
 from ..explanation import GPXExplanation
+from ..fit import fit_gpx_model
 from ..kernels import GPXKernel
-from ..kernels.gpx_kernel import inducing_features
-from ..kernels.ski_features import cover_grid, fit_grid, grid_features, supports_grid_features
+from ..kernels.ski_features import cover_grid, fit_grid, supports_grid_features
 from ..means import FixedConstantMean
 from ..operators import (
     FeatureScaledLinearOperator,
-    InducingWeightPosteriorLinearOperator,
-    WeightPosteriorLinearOperator,
 )
 from ..utils import (
     check_feature_names,
@@ -43,8 +34,8 @@ from ..utils import (
 )
 from .gpx_botorch import gpx_posterior
 from .gpx_checks import check_base_kernel_dims, check_dense_memory, column_scale, warn_scale
-from .gpx_fit import fit_gpx
 from .gpx_prediction_strategy import GPXPredictionStrategy
+from .gpx_weight_posterior import latent_in_feature_space, weight_posterior
 
 __all__ = ["GPXModel", "GPXPredictionStrategy"]
 
@@ -324,28 +315,8 @@ class GPXModel(gpytorch.models.ExactGP):
         return super().__call__(inputs, **kwargs)
 
     def _latent_in_feature_space(self, inputs: Tensor) -> MultivariateNormal:
-        r"""The latent predictive of :math:`f_* = \mathbf w_*^\top\mathbf z_*` with an inducing-point or grid-feature
-        base, from the weight posterior: nothing of size :math:`m \times n`, and no training features recomputed.
-
-        With :math:`\operatorname{Cov}[\mathbf w_*] = \mathbf P \otimes \mathbf I_d + \mathbf H^\top\mathbf H`
-        (:class:`~gpytorch_explain.operators.InducingWeightPosteriorLinearOperator`) and :math:`\mathbf r_p =
-        \mathbf z_p \otimes \boldsymbol\phi_p`, contracting with :math:`\mathbf z_*` gives
-        :math:`\operatorname{Cov}[\mathbf f_*] = \mathbf P \odot \mathbf Z_*\mathbf Z_*^\top + \mathbf G^\top\mathbf G`,
-        :math:`\mathbf G = \mathbf L^{-1}\mathbf R_*^\top`: :math:`O(m d^2 M^2)`, the same numbers as GPyTorch's
-        joint train/test evaluation.
-        """
-        x, z = self.covar_module.split_inputs(inputs)  # z: the kernel's (scaled) features, as the weights below
-        post = self._predict_weights_kernel_units(x)
-        mean = (post.mean * z).sum(-1) + self.mean_module(inputs)
-        if gsettings.skip_posterior_variances.on():
-            return MultivariateNormal(mean, ZeroLinearOperator(mean.size(-1), mean.size(-1), dtype=mean.dtype))
-        weights_covar = post.lazy_covariance_matrix
-        phi = weights_covar.test_features  # (m, M)
-        rows = (z.unsqueeze(-1) * phi.unsqueeze(-2)).reshape(phi.size(0), -1)  # R_*: (m, dM), block l holds z_l φ
-        root = torch.linalg.solve_triangular(weights_covar.capacitance_cholesky, rows.mT, upper=False)  # G: (dM, m)
-        prior = weights_covar.prior_covar.diagonal(dim1=-1, dim2=-2) * z.pow(2).sum(-1)
-        covar = LowRankRootAddedDiagLinearOperator(LowRankRootLinearOperator(root.mT), DiagLinearOperator(prior))
-        return MultivariateNormal(mean, covar)
+        """The latent predictive from the weight posterior (:func:`.gpx_weight_posterior.latent_in_feature_space`)."""
+        return latent_in_feature_space(self, inputs)
 
     def _get_train_prior_distribution(self, train_inputs, **kwargs) -> MultivariateNormal:
         # the training covariance of an inducing-point base is the Nyström one, as in training;
@@ -455,69 +426,9 @@ class GPXModel(gpytorch.models.ExactGP):
         return MultitaskMultivariateNormal(post.mean * scale, covar, interleaved=True)
 
     def _predict_weights_kernel_units(self, x: Tensor) -> MultitaskMultivariateNormal:
-        r"""The weights of the kernel's features :math:`\tilde{\mathbf z} = \mathbf c \odot \mathbf z`."""
-        self._drop_stale_caches()
-        self._cover_grid(x)
-        strategy = self._build_prediction_strategy()
-        train_x, train_z = self._train_xz()
-        detach = gsettings.detach_test_caches.on()
-        alpha = strategy.mean_cache
-        if detach:
-            train_x, train_z = train_x.detach(), train_z.detach()
-
-        if strategy.uses_inducing and not strategy.uses_cholesky:
-            return self._predict_weights_inducing(x, strategy, alpha, detach)
-        # (KISS-GP bases through the kernel's exact grid features, so that the grid never moves in eval mode)
-        cross = self.covar_module.base_covariance(x, train_x).to_dense()  # (m, n)
-        mean = cross @ (train_z * alpha.unsqueeze(-1))  # (m, d)
-        prior = self.covar_module.base_covariance(x).add_diagonal(self.weight_noise.expand(x.size(0)))
-
-        if strategy.uses_cholesky:
-            # exact, through the one Cholesky factor of C (also under fast_pred_var: at this size it
-            # is both exact and cheaper than a LOVE root accurate enough for the weights)
-            factor = strategy.train_cholesky()
-            factor_type = "cholesky"
-        elif gsettings.fast_pred_var.on():
-            # LOVE: GPyTorch's low-rank root R of C^{-1} (rank: max_root_decomposition_size)
-            factor = to_dense(strategy.covar_cache)
-            factor_type = "root"
-        else:
-            # exact through CG solves with C (GPyTorch's iterative path); costly for many points
-            factor = strategy.lik_train_train_covar
-            factor = factor.detach() if detach else factor
-            factor_type = "solve"
-        covar = WeightPosteriorLinearOperator(prior, cross, train_z, factor, factor_type=factor_type)
-        return MultitaskMultivariateNormal(mean, covar, interleaved=True)
-
-    def _predict_weights_inducing(self, x, strategy, alpha, detach) -> MultitaskMultivariateNormal:
-        r"""Weights with an inducing-point base, in inducing space (:math:`O(dM)` mean, :math:`O(d^2M^2)`
-        covariance per point, independent of :math:`n`); see
-        :class:`~gpytorch_explain.operators.InducingWeightPosteriorLinearOperator`."""
-        if x.dim() != 2 or alpha.dim() != 1:
-            raise NotImplementedError("Batched GPX models with an inducing-point base kernel are not supported.")
-        base = self.covar_module.base_kernel
-        train_covar = strategy.lik_train_train_covar
-        phi, train_z = train_covar.phi, train_covar.z
-        chol = train_covar.capacitance_cholesky
-        if detach:
-            phi, train_z, chol = phi.detach(), train_z.detach(), chol.detach()
-        if isinstance(base, InducingPointKernel):
-            phi_test = inducing_features(base, x)  # (m, M)
-        else:  # KISS-GP through exact grid features: the same grid and root as the training features
-            phi_test = grid_features(base, x)[0]
-            if phi_test.size(-1) != phi.size(-1):
-                raise ModelStateError(
-                    "The KISS-GP grid root changed since the training covariance was cached (the "
-                    "hyperparameters or the grid changed in eval mode); call model.train() and model.eval() again."
-                )
-        mean = phi_test @ (phi.mT @ (train_z * alpha.unsqueeze(-1)))  # (m, d)
-        prior_diag = self.weight_noise.expand(x.size(0))
-        if isinstance(base, InducingPointKernel) and gsettings.sgpr_diagonal_correction.on():
-            ipk = base
-            exact = to_dense(ipk.base_kernel(x, diag=True))
-            prior_diag = prior_diag + (exact - phi_test.pow(2).sum(-1)).clamp_min(0)
-        covar = InducingWeightPosteriorLinearOperator(DiagLinearOperator(prior_diag), phi_test, chol, self.num_features)
-        return MultitaskMultivariateNormal(mean, covar, interleaved=True)
+        r"""The weights of the kernel's features :math:`\tilde{\mathbf z} = \mathbf c \odot \mathbf z`
+        (:func:`.gpx_weight_posterior.weight_posterior`)."""
+        return weight_posterior(self, x)
 
     def explain(self, x: Tensor, z: Tensor | None = None) -> GPXExplanation:
         r"""Predictions with per-sample explanations at :math:`(\mathbf x_*, \mathbf z_*)`.
@@ -560,7 +471,8 @@ class GPXModel(gpytorch.models.ExactGP):
         tolerance: float | None = None,
         progress: bool = False,
     ) -> GPXModel:
-        r"""Maximise the log marginal likelihood :math:`\log\mathcal N(\mathbf y\mid\mathbf m,\mathbf C)`.
+        r"""Maximise the log marginal likelihood :math:`\log\mathcal N(\mathbf y\mid\mathbf m,\mathbf C)`
+        (:func:`gpytorch_explain.fit_gpx_model`).
 
         The marginal likelihood is computed through a Cholesky factor up to
         ``n = max(gpytorch.settings.max_cholesky_size, gpytorch_explain.settings.max_cholesky_size)``
@@ -581,7 +493,9 @@ class GPXModel(gpytorch.models.ExactGP):
         :return: ``self``, in eval mode; ``self.fit_history`` holds the losses (one per objective evaluation),
             ``self.fit_iterations`` the iterations.
         """
-        return fit_gpx(self, optimizer=optimizer, max_iter=max_iter, lr=lr, tolerance=tolerance, progress=progress)
+        return fit_gpx_model(
+            self, optimizer=optimizer, max_iter=max_iter, lr=lr, tolerance=tolerance, progress=progress
+        )
 
     # ----------------------------------------------------------------- BoTorch
     @property

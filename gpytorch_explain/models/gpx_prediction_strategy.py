@@ -13,14 +13,9 @@ from torch import Tensor
 
 from .. import settings as explain_settings
 from ..operators import GPXInducingLinearOperator
-from ..utils import solve_checked
+from ..utils import dense_limit, solve_checked
 
 __all__ = ["GPXPredictionStrategy", "dense_limit"]
-
-
-def dense_limit() -> int:
-    """The largest n GPX factorises densely (see :class:`gpytorch_explain.settings.max_cholesky_size`)."""
-    return max(gsettings.max_cholesky_size.value(), explain_settings.max_cholesky_size.value())
 
 
 class GPXPredictionStrategy(DefaultPredictionStrategy):

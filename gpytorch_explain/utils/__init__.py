@@ -1,6 +1,6 @@
 from .gp import ensure_prediction_strategy
 from .heuristics import median_heuristic_lengthscale
-from .linalg import dense_gaussian_nll, solve_checked
+from .linalg import dense_gaussian_nll, dense_limit, solve_checked
 from .memory import available_memory, check_memory
 from .validation import check_feature_names, check_matrix, check_same_rows, check_vector
 
@@ -12,6 +12,7 @@ __all__ = [
     "check_same_rows",
     "check_vector",
     "dense_gaussian_nll",
+    "dense_limit",
     "ensure_prediction_strategy",
     "median_heuristic_lengthscale",
     "solve_checked",

@@ -12,7 +12,17 @@ from linear_operator.utils.errors import NanError, NotPSDError
 from linear_operator.utils.warnings import NumericalWarning
 from torch import Tensor
 
-__all__ = ["dense_gaussian_nll", "solve_checked"]
+__all__ = ["dense_gaussian_nll", "dense_limit", "solve_checked"]
+
+
+def dense_limit() -> int:
+    """The largest n GPX factorises densely (see :class:`gpytorch_explain.settings.max_cholesky_size`):
+    ``max(gpytorch.settings.max_cholesky_size, gpytorch_explain.settings.max_cholesky_size)``."""
+    from gpytorch import settings as gsettings
+
+    from .. import settings as explain_settings
+
+    return max(gsettings.max_cholesky_size.value(), explain_settings.max_cholesky_size.value())
 
 
 #: CG iterations per round of a derived solve (see :func:`solve_checked`).

@@ -1,0 +1,90 @@
+"""``gpytorch_explain.fit``: the fit functions equal the ``.fit()`` wrappers, take a model or its objective, and
+refuse other models; ``GPXMultivariateNormal`` carries the weight-noise variance the tight ELBO integrates."""
+
+from __future__ import annotations
+
+import gpytorch
+import pytest
+import torch
+
+from gpytorch_explain import (
+    GPXModel,
+    GPXVariationalELBO,
+    VariationalGPXModel,
+    fit_gpx_model,
+    fit_variational_gpx_model,
+)
+from gpytorch_explain.distributions import GPXMultivariateNormal
+from gpytorch_explain.mlls import gpx_expected_log_prob
+
+DT = torch.float64
+
+
+def _data(n=25, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 2, dtype=DT, generator=g)
+    return x, x[:, 0] * torch.sin(x[:, 1]) + 0.05 * torch.randn(n, dtype=DT, generator=g)
+
+
+def _state(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_fit_gpx_model_equals_the_method_and_accepts_the_mll():
+    x, y = _data()
+    a = GPXModel(x, y).fit(max_iter=8)
+    b = fit_gpx_model(GPXModel(x, y), max_iter=8)
+    model = GPXModel(x, y)
+    c = fit_gpx_model(gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model), max_iter=8)
+    assert c is model and not c.training
+    for other in (b, c):
+        assert other.fit_history == a.fit_history
+        for key, value in _state(a).items():
+            torch.testing.assert_close(_state(other)[key], value, rtol=0, atol=0)
+
+
+def test_fit_variational_gpx_model_equals_the_method_and_accepts_the_elbo():
+    x, y = _data(60)
+    kw = dict(num_epochs=2, batch_size=20, shuffle=False)
+    torch.manual_seed(0)
+    a = VariationalGPXModel(x[:6]).fit(x, y, **kw)
+    torch.manual_seed(0)
+    b = fit_variational_gpx_model(VariationalGPXModel(x[:6]), x, y, **kw)
+    torch.manual_seed(0)
+    model = VariationalGPXModel(x[:6])
+    c = fit_variational_gpx_model(GPXVariationalELBO(model.likelihood, model, num_data=60), x, y, **kw)
+    assert c is model and not c.training
+    for other in (b, c):
+        assert other.fit_history == pytest.approx(a.fit_history, rel=1e-12)
+        for key, value in _state(a).items():
+            torch.testing.assert_close(_state(other)[key], value, rtol=1e-12, atol=1e-12)
+
+
+def test_fit_functions_refuse_other_models():
+    x, y = _data()
+    with pytest.raises(TypeError, match="fit_gpx_model"):
+        fit_gpx_model(VariationalGPXModel(x[:5]))
+    with pytest.raises(TypeError, match="fit_variational_gpx_model"):
+        fit_variational_gpx_model(GPXModel(x, y), x, y)
+
+
+def test_latent_carries_the_weight_noise_and_the_elbo_integrates_it():
+    """The ELBO's likelihood term equals gpx_expected_log_prob on (mean, variance - s, s), s = σw²‖z‖², computed
+    here from the model's own parameters; a plain MultivariateNormal falls back to GPyTorch's ELBO."""
+    x, y = _data(30)
+    model = VariationalGPXModel(x[:8], weight_noise=0.3)
+    f = model(x)
+    assert isinstance(f, GPXMultivariateNormal)
+    s = model.weight_noise * x.square().sum(-1)
+    torch.testing.assert_close(f.weight_noise_variance, s)
+    elbo = GPXVariationalELBO(model.likelihood, model, num_data=30)
+    ref = gpx_expected_log_prob(model.likelihood, y, f.mean, f.variance - s, s).sum()
+    torch.testing.assert_close(elbo._log_likelihood_term(f, y), ref)
+    plain = gpytorch.distributions.MultivariateNormal(f.mean, f.lazy_covariance_matrix)
+    looser = gpytorch.mlls.VariationalELBO(model.likelihood, model, num_data=30)._log_likelihood_term(plain, y)
+    torch.testing.assert_close(elbo._log_likelihood_term(plain, y), looser)
+    assert elbo._log_likelihood_term(f, y) > looser  # Jensen: the tight term is larger for σw² > 0
+    # distributions GPyTorch derives (marginals, sums) carry no s
+    assert model.likelihood(f).weight_noise_variance is None
+    with pytest.raises(ValueError, match="shape of the mean"):
+        GPXMultivariateNormal(f.mean, f.lazy_covariance_matrix, weight_noise_variance=s[:3])
