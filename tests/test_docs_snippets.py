@@ -47,7 +47,10 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
 
 
 def test_extraction_finds_indented_blocks_and_skips():
-    text = "x\n```python\na = 1\n```\n- item\n  ```python\n  # skip-snippet: needs a GPU\n  b = 2\n  ```\n```bash\nls\n```\n"
+    text = (
+        "x\n```python\na = 1\n```\n- item\n  ```python\n  # skip-snippet: needs a GPU\n  b = 2\n  ```\n"
+        "```bash\nls\n```\n"
+    )
     blocks = python_blocks(text)
     assert [code for _, code in blocks] == ["a = 1", "# skip-snippet: needs a GPU\nb = 2"]
     assert [line for line, _ in blocks] == [3, 7]
