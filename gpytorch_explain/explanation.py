@@ -32,7 +32,9 @@ class GPXExplanation:
     Uncertainty convention (text and plots): every "±" and every error bar is **±1 posterior std**, labelled
     "latent" (the contributions and :math:`f`) or "predictive" (:math:`y`, with observation noise).
 
-    Attributes (all tensors; ``m`` points, ``d`` features):
+    All attributes are tensors (``m`` points, ``d`` features).
+
+    Attributes:
         x, z: the inputs, ``(m, D)`` and ``(m, d)``.
         prediction_mean, prediction_std: predictive mean and std of :math:`y_*` (``(m,)``); for a binary
             classifier (``outcome="probability"``) the probability :math:`P(y_* = 1)` and its Bernoulli std.

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Sets up everything from nothing (virtual environment, pinned CPU torch, the package) and runs
-# the lint and the test suite. Extra arguments go to pytest.
+# the lint, the test suite and the documentation build (warnings are errors). Extra arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source scripts/env.sh test
 echo "[test] ruff"
-ruff check gpytorch_explain tests benchmarks tutorials scripts conftest.py
+ruff check gpytorch_explain tests benchmarks tutorials scripts docs conftest.py
 echo "[test] pytest"
 python -m pytest "$@"
+echo "[test] docs (sphinx -W; tutorials executed on small data)"
+GPYTORCH_EXPLAIN_TUTORIAL_SMALL=1 python -m sphinx -E -W --keep-going -q -b html docs docs/_build/html

@@ -145,6 +145,10 @@ def test_mixed_single_task_gp_continuous_columns():
     _close(got / (sd[:, None] * sd), fd / (sd[:, None] * sd), 1e-5, "continuous gradient correlation")
 
 
+# raw-unit data on purpose
+@pytest.mark.filterwarnings('ignore:Data \\(input features\\) is not contained:Warning')
+# raw-unit data on purpose
+@pytest.mark.filterwarnings('ignore:Data \\(outcome observations\\) is not standardized:Warning')
 def test_partial_normalize_takes_the_fallback_with_a_reason():
     X, Y, lo, hi = _data()
     model = _fit_free(SingleTaskGP(X, Y, input_transform=Normalize(3, indices=[0, 1]), outcome_transform=None))

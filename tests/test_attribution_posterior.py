@@ -383,6 +383,8 @@ def test_bad_input_errors():
         PosteriorGradient(torch.nn.Linear(2, 1))
 
 
+# the error is under test
+@pytest.mark.filterwarnings('ignore:IntegratedGradients. the closed forms do not apply:UserWarning')
 def test_approximate_gp_without_covar_module_is_a_clear_error():
     """A variational model whose prior is not `covar_module` cannot be attributed; the error says why."""
 

@@ -26,6 +26,14 @@ from gpytorch_explain.kernels import grid_features, supports_grid_features
 from gpytorch_explain.operators import GPXInducingLinearOperator
 from gpytorch_explain.operators.grid_interpolated_linear_operator import _GridInterpolatedLinearOperator
 
+# GPyTorch 1.15 deprecates AdditiveStructureKernel / ProductStructureKernel (and the last_dim_is_batch argument
+# they use); GPX supports them while GPyTorch does (see docs/numerical_notes.md), so these tests filter it.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:AdditiveStructureKernel is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:ProductStructureKernel is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:The last_dim_is_batch argument is deprecated:DeprecationWarning"),
+]
+
 DT = torch.float64
 
 

@@ -26,7 +26,9 @@ def to_numpy(value) -> np.ndarray | None:
 class ExplainerOutput:
     r"""What an explainer says about ``m`` samples with ``D`` features.
 
-    Attributes (numpy float64 arrays):
+    All attributes are numpy float64 arrays.
+
+    Attributes:
         contributions: ``(m, D)``, each feature's additive share of the prediction (or, for relevance-only
             methods such as ARD and KL, the relevance; see :attr:`Explainer.additive`).
         std: ``(m, D)`` or ``None``, the std of the contributions where the explainer has a posterior.
