@@ -101,7 +101,8 @@ from gpytorch.variational import IndependentMultitaskVariationalStrategy, LMCVar
 from linear_operator import to_dense
 from torch import Tensor
 
-from .derived import DerivedCovariance, functional_mean, generic_gauss_legendre
+from ._quadrature import gauss_legendre
+from .derived import DerivedCovariance, functional_mean
 from .functionals import Gradient
 from .variational import VariationalConditioning, _check_points, variational_conditioning
 
@@ -679,7 +680,7 @@ def expected_probability_ig(
             raise ValueError("path_order must be >= 1.")
         b = _baselines(baseline, cond, x)
         k, (m, D) = b.size(0), x.shape
-        t, w = generic_gauss_legendre(int(path_order), x)
+        t, w = gauss_legendre(int(path_order), x)
         delta = x.unsqueeze(0) - b.unsqueeze(1)  # (k, m, D)
         points = b[:, None, None, :] + t[None, :, None, None] * delta.unsqueeze(1)  # (k, J, m, D)
         weights = (w[None, :, None, None] * delta.unsqueeze(1) / k).reshape(-1, m, D)  # (N, m, D)

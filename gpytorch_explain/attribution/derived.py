@@ -18,7 +18,8 @@ from gpytorch.kernels import (
 from gpytorch.means import ConstantMean, LinearMean, Mean, ZeroMean
 from torch import Tensor
 
-from . import generic, rbf
+from . import kernel_derivatives, path_integrals, rbf
+from ._quadrature import gauss_legendre
 from .functionals import Functional, Gradient, IntegratedGradient
 
 __all__ = ["DerivedCovariance", "functional_mean", "uses_quadrature"]
@@ -124,14 +125,15 @@ def _sum_broadcast(parts: list[Tensor]) -> Tensor:
 
 def _generic(kernel: Kernel, functional: Functional, what: str, args: tuple[Tensor, ...], order: int) -> Tensor:
     if isinstance(functional, Gradient):
-        fn = {"cross": generic.grad_cross, "joint": generic.grad_joint, "point": generic.grad_point}[what]
+        kd = kernel_derivatives
+        fn = {"cross": kd.grad_cross, "joint": kd.grad_joint, "point": kd.grad_point}[what]
         return fn(kernel, *args)
     b = functional.baselines
     if what == "cross":
-        return generic.ig_cross(kernel, args[0], b, args[1], order=order)
+        return path_integrals.ig_cross(kernel, args[0], b, args[1], order=order)
     if what == "joint":
-        return generic.ig_joint(kernel, args[0], b, args[1], order=order)
-    return generic.ig_point(kernel, args[0], b, order=order)
+        return path_integrals.ig_joint(kernel, args[0], b, args[1], order=order)
+    return path_integrals.ig_point(kernel, args[0], b, order=order)
 
 
 # --------------------------------------------------------------------------- closed forms
@@ -322,7 +324,7 @@ def _mean_grad(mean: Mean, x: Tensor) -> Tensor:
 def _generic_mean(mean: Mean, functional: Functional, x: Tensor, order: int) -> Tensor:
     if isinstance(functional, Gradient):
         return _mean_grad(mean, x)
-    nodes, weights = generic_gauss_legendre(order, x)
+    nodes, weights = gauss_legendre(order, x)
     delta, b = _mean_delta(x, functional)  # (k, …, m, D)
     total = torch.zeros_like(delta)
     base = b.view(b.size(0), *([1] * (x.dim() - 1)), b.size(-1))
@@ -331,13 +333,3 @@ def _generic_mean(mean: Mean, functional: Functional, x: Tensor, order: int) -> 
         g = _mean_grad(mean, point.reshape(-1, *x.shape[-2:]) if point.dim() > 3 else point)
         total = total + w * g.reshape(delta.shape)
     return (total * delta).mean(0)
-
-
-def generic_gauss_legendre(order: int, like: Tensor) -> tuple[Tensor, Tensor]:
-    """Gauss–Legendre nodes and weights on [0, 1]."""
-    import numpy as np
-
-    nodes, weights = np.polynomial.legendre.leggauss(order)
-    nodes = torch.as_tensor((nodes + 1) / 2, dtype=like.dtype, device=like.device)
-    weights = torch.as_tensor(weights / 2, dtype=like.dtype, device=like.device)
-    return nodes, weights

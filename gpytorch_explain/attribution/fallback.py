@@ -49,8 +49,9 @@ from linear_operator import to_dense
 from torch import Tensor
 
 from .._compat import is_botorch_model
+from ..errors import KernelNotDifferentiableError
+from ._quadrature import gauss_legendre
 from .functionals import Functional, Gradient
-from .generic import KernelNotDifferentiableError
 
 __all__ = [
     "JointPosterior",
@@ -199,10 +200,9 @@ def path_nodes(functional: Functional, x: Tensor, order: int) -> tuple[Tensor, T
     r"""Nodes :math:`\mathbf a_{pl}` ``(m, L, D)`` and weights :math:`W_{pli}` ``(m, L, D)`` of the functional."""
     if isinstance(functional, Gradient):
         return x.unsqueeze(-2), torch.ones_like(x).unsqueeze(-2)
-    from .generic import _gl
 
     b = functional.baselines.to(x)  # (k, D)
-    t, w = _gl(order, x)
+    t, w = gauss_legendre(order, x)
     delta = x.unsqueeze(-2) - b  # (m, k, D)
     nodes = b.unsqueeze(-2) + t[:, None] * delta.unsqueeze(-2)  # (m, k, Q, D)
     weights = w[:, None] * delta.unsqueeze(-2) / b.size(0)
@@ -375,7 +375,7 @@ def fallback_posterior(owner, x: Tensor, order: int):
 
     from linear_operator.operators import DenseLinearOperator
 
-    from .posterior import AttributionDistribution
+    from .attribution_distribution import AttributionDistribution
 
     X = owner._raw_train_inputs()
     inputs = getattr(owner.model, "train_inputs", None)

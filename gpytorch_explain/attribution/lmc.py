@@ -129,7 +129,7 @@ class LMCConditioning:
     def functional_posterior(self, functional: Functional, x: Tensor, order: int = DEFAULT_ORDER):
         r"""Per-task :math:`q(\mathcal L f_t(\mathbf x))`, an ``AttributionDistribution`` with mean
         ``(*rest, T, m, D)`` (``(T, m, D)`` for the usual single latent batch dimension) and a lazy covariance."""
-        from .posterior import AttributionDistribution
+        from .attribution_distribution import AttributionDistribution
 
         post = self.base.functional_posterior(functional, x, order=order)
         batch_ndim = len(post.mean.shape[:-2])

@@ -21,8 +21,10 @@ from .. import settings as xsettings
 from ..errors import ModelStateError
 from ..operators import AttributionPosteriorLinearOperator
 from ..utils import ensure_prediction_strategy
+from ._quadrature import MAX_ROW_ELEMENTS, point_chunks
 from .adaptive import AutogradFallbackWarning, adaptive_call
 from .adaptive import check_order as _check_order
+from .attribution_distribution import AttributionDistribution
 from .caches import refresh_prediction_caches, tag_prediction_caches
 from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean, uses_quadrature
 from .detection import affine_transforms, fallback_reason
@@ -68,27 +70,6 @@ class CompletenessGaps:
     prediction_difference_variance: Tensor
 
 
-class AttributionDistribution(MultitaskMultivariateNormal):
-    r"""A ``MultitaskMultivariateNormal`` whose variances may be exactly zero.
-
-    An attribution at its own baseline is deterministic (:math:`\mathrm{IG}(\mathbf b) = \mathbf 0`),
-    so zero variances are correct there: ``.variance`` clamps round-off below zero to zero instead
-    of GPyTorch's ``min_variance`` (and its warning). Clearly negative values still warn.
-    """
-
-    @property
-    def variance(self) -> Tensor:
-        diag = self.lazy_covariance_matrix.diagonal(dim1=-1, dim2=-2)
-        scale = diag.abs().max().clamp_min(torch.finfo(diag.dtype).tiny)
-        if (diag < -1e3 * torch.finfo(diag.dtype).eps * scale).any():
-            warnings.warn("Negative attribution variances beyond round-off were clamped to zero.", stacklevel=2)
-        diag = diag.clamp_min(0)
-        if not self._interleaved:
-            new_shape = self._output_shape[:-2] + self._output_shape[:-3:-1]
-            return diag.view(new_shape).transpose(-1, -2).contiguous()
-        return diag.view(self._output_shape)
-
-
 class _GPXSmoothKernel(ProductKernel):
     """Covariance of the smooth part g(x)ᵀx of a GPX latent: the base kernel times xᵀx' (evaluated densely)."""
 
@@ -99,21 +80,6 @@ class _GPXSmoothKernel(ProductKernel):
             part = part if torch.is_tensor(part) else part.to_dense()
             res = part if res is None else res * part
         return res
-
-
-#: largest number of elements of the derived cross-covariance (points x D x n training inputs, or x M inducing points
-#: for variational and SGPR models) formed at once; above it the mean is computed in chunks of points and the
-#: covariance operator recomputes its rows per chunk (``lazy_rows``)
-MAX_ROW_ELEMENTS = 2**24
-
-
-def _point_chunks(x: Tensor, X: Tensor, batch_shape: tuple[int, ...] = ()) -> list[slice]:
-    """Slices of the ``m`` points of ``x`` whose cross-covariance with ``X`` has at most :data:`MAX_ROW_ELEMENTS`."""
-    m = x.size(-2)
-    batch = torch.broadcast_shapes(x.shape[:-2], X.shape[:-2], batch_shape).numel()
-    per_point = max(1, batch * x.size(-1) * X.size(-2))
-    step = max(1, MAX_ROW_ELEMENTS // per_point)
-    return [slice(start, min(start + step, m)) for start in range(0, m, step)]
 
 
 def _reject_inducing_point_kernel(kernel: Kernel, where: str) -> None:
@@ -472,7 +438,7 @@ class _FunctionalPosterior:
         if gsettings.detach_test_caches.on():
             X, alpha = X.detach(), alpha.detach()
         derived = DerivedCovariance(self._kernel, self.functional, order=order)
-        chunks = _point_chunks(x, X)
+        chunks = point_chunks(x, X)
         if len(chunks) <= 1:  # everything at once
             rows = derived.cross(x, X)  # (*batch, m, D, n)
             mean = (rows @ alpha.unsqueeze(-1).unsqueeze(-3)).squeeze(-1)

@@ -39,8 +39,9 @@ from gpytorch.models import ApproximateGP
 from linear_operator import to_dense
 from torch import Tensor
 
+from ._quadrature import gauss_legendre
 from .classification import _baselines, _kind, _link, _resolve_link
-from .derived import DerivedCovariance, generic_gauss_legendre
+from .derived import DerivedCovariance
 from .functionals import Gradient
 from .variational import VariationalConditioning, _check_points, variational_conditioning
 
@@ -269,7 +270,7 @@ def probability_ig_distribution(
             raise ValueError(f"path_order must be a positive int, got {path_order!r}.")
         b = _baselines(baseline, cond, x)
         k, D = b.size(0), x.size(1)
-        t, w = generic_gauss_legendre(int(path_order), x)
+        t, w = gauss_legendre(int(path_order), x)
         J = t.numel()
         out, probs, gaps = [], [], []
         for p in range(x.size(0)):

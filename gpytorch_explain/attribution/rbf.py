@@ -49,11 +49,11 @@ gradients stay finite at :math:`\mathbf x = \mathbf b`).
 from __future__ import annotations
 
 import math
-from functools import cache
 
-import numpy as np
 import torch
 from torch import Tensor
+
+from ._quadrature import chunk_slices, gauss_legendre
 
 __all__ = [
     "rbf_grad_cross",
@@ -92,19 +92,6 @@ def _switch_h(dtype: torch.dtype) -> float:
     return 0.15 if dtype == torch.float64 else 0.6
 
 
-@cache
-def _gauss_legendre_np(n: int) -> tuple[np.ndarray, np.ndarray]:
-    t, w = np.polynomial.legendre.leggauss(n)
-    return (t + 1) / 2, w / 2
-
-
-@cache
-def _gauss_legendre(n: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
-    r"""``n``-point Gauss–Legendre nodes and weights on :math:`[0, 1]`."""
-    t, w = _gauss_legendre_np(n)
-    return torch.tensor(t, dtype=dtype, device=device), torch.tensor(w, dtype=dtype, device=device)
-
-
 # =============================================================================================
 # input handling
 # =============================================================================================
@@ -136,8 +123,8 @@ def _broadcast(*pairs: tuple[Tensor, int]) -> tuple[tuple[int, ...], list[Tensor
 
 
 def _chunks(m: int, per_row: int) -> list[slice]:
-    step = max(1, _CHUNK // max(per_row, 1))
-    return [slice(i, min(i + step, m)) for i in range(0, m, step)] or [slice(0, 0)]
+    """Slices of ``m`` rows within the :data:`_CHUNK` element budget (``[slice(0, 0)]`` when ``m`` is 0)."""
+    return chunk_slices(m, per_row, _CHUNK) or [slice(0, 0)]
 
 
 # =============================================================================================
@@ -286,7 +273,7 @@ def _segment_moments(A: Tensor, B: Tensor, C: Tensor, lo: Tensor | None = None) 
 
 def _segment_moments_quadrature(A: Tensor, B: Tensor, C: Tensor, lo: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     r""":math:`I_{0,1,2}` of :func:`_segment_moments` by the 32-point Gauss–Legendre rule (1-D inputs)."""
-    t, w = _gauss_legendre(_SEG_NODES, A.dtype, A.device)
+    t, w = gauss_legendre(_SEG_NODES, A)
     outs: list[tuple[Tensor, Tensor, Tensor]] = []
     for sl in _chunks(A.numel(), _SEG_NODES * 8):
         a, b, c = A[sl, None], B[sl, None], C[sl, None]
@@ -519,7 +506,7 @@ def _pair_moments(
     :math:`u`-integral is a composite ``_PAIR_NODES``-point Gauss–Legendre rule with ``panels`` equal panels
     (:func:`_pair_plan`).
     """
-    t, w = _gauss_legendre(_PAIR_NODES, P0.dtype, P0.device)
+    t, w = gauss_legendre(_PAIR_NODES, P0)
     idx_all, vals_all = [], []
     for p in torch.unique(panels).tolist():
         sel = (panels == p).nonzero().squeeze(-1)

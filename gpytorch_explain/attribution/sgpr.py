@@ -87,6 +87,7 @@ from torch import Tensor
 
 from ..errors import ModelStateError
 from ..utils import ensure_prediction_strategy
+from ._quadrature import chunk_slices
 from .derived import DEFAULT_ORDER
 from .functionals import Functional
 from .variational import VariationalConditioning
@@ -155,8 +156,8 @@ def _noise_diagonal(strategy) -> Tensor:
 
 
 def _train_rows(total: int, width: int) -> list[slice]:
-    step = max(1, TRAIN_CHUNK_ELEMENTS // max(width, 1))
-    return [slice(start, min(start + step, total)) for start in range(0, total, step)]
+    """Slices of training rows whose ``width``-wide blocks hold at most :data:`TRAIN_CHUNK_ELEMENTS` elements."""
+    return chunk_slices(total, width, TRAIN_CHUNK_ELEMENTS)
 
 
 def _compute_conditioning(model: ExactGP, strategy) -> VariationalConditioning:

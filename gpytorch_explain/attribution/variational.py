@@ -70,6 +70,8 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from ..errors import ModelStateError
+from ._quadrature import point_chunks
+from .attribution_distribution import AttributionDistribution
 from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean
 from .functionals import Functional
 
@@ -240,11 +242,10 @@ class VariationalConditioning:
         Mean ``(*batch, m, D)``; covariance interleaved (row ``point * D + feature``), lazy.
         """
         from ..operators import AttributionPosteriorLinearOperator
-        from .posterior import AttributionDistribution, _point_chunks
 
         derived = DerivedCovariance(self.kernel, functional, order=order)
         Z = self.inducing_points
-        chunks = _point_chunks(x, Z, self._batch(x.shape[:-2]))
+        chunks = point_chunks(x, Z, self._batch(x.shape[:-2]))
         if len(chunks) <= 1:
             rows = derived.cross(x, Z)  # (*b, m, D, u)
             batch = self._batch(rows.shape[:-3], x.shape[:-2])
