@@ -87,7 +87,7 @@ from torch import Tensor
 from ..errors import KernelNotDifferentiableError
 from ._derivative_leaves import _Derivs, _derivs
 from ._quadrature import chunk_slices, numel
-from .functionals import IntegratedGradient, check_inputs
+from .functionals import IntegratedGradientFunctional, check_inputs
 
 __all__ = ["KernelNotDifferentiableError", "grad_cross", "grad_joint", "grad_point", "kernel_derivatives"]
 
@@ -122,8 +122,8 @@ def _setup(kernel: Kernel, *xs: Tensor) -> tuple[torch.Size, list[Tensor]]:
     return bshape, [x.expand(*bshape, *x.shape[-2:]) for x in xs]
 
 
-def _as_baselines(baselines: Tensor | IntegratedGradient, like: Tensor) -> Tensor:
-    if isinstance(baselines, IntegratedGradient):
+def _as_baselines(baselines: Tensor | IntegratedGradientFunctional, like: Tensor) -> Tensor:
+    if isinstance(baselines, IntegratedGradientFunctional):
         baselines = baselines.baselines
     b = torch.as_tensor(baselines, dtype=like.dtype, device=like.device)
     if b.dim() == 1:

@@ -87,7 +87,7 @@ from ._kinks import (
 )
 from ._path_pairs import _corner_rules, _pair_radial, _special_pairs, _tensor_rule
 from ._quadrature import chunk_slices, gauss_legendre, numel
-from .functionals import IntegratedGradient
+from .functionals import IntegratedGradientFunctional
 from .kernel_derivatives import DEFAULT_BLOCK, _as_baselines, _check_method, _owner_eval, _setup
 
 __all__ = ["ig_cross", "ig_joint", "ig_point"]
@@ -110,7 +110,7 @@ def _finish(out: Tensor, return_error: bool) -> Tensor | tuple[Tensor, Tensor]:
 def ig_cross(
     kernel: Kernel,
     x: Tensor,
-    baselines: Tensor | IntegratedGradient,
+    baselines: Tensor | IntegratedGradientFunctional,
     X: Tensor,
     *,
     order: int = DEFAULT_ORDER_1D,
@@ -341,9 +341,9 @@ def _cross_kink_correction(
 def ig_joint(
     kernel: Kernel,
     x1: Tensor,
-    baselines: Tensor | IntegratedGradient,
+    baselines: Tensor | IntegratedGradientFunctional,
     x2: Tensor,
-    baselines2: Tensor | IntegratedGradient | None = None,
+    baselines2: Tensor | IntegratedGradientFunctional | None = None,
     *,
     order: int = DEFAULT_ORDER_2D,
     return_error: bool = False,
@@ -387,7 +387,7 @@ def ig_joint(
 def ig_point(
     kernel: Kernel,
     x: Tensor,
-    baselines: Tensor | IntegratedGradient,
+    baselines: Tensor | IntegratedGradientFunctional,
     *,
     order: int = DEFAULT_ORDER_2D,
     return_error: bool = False,

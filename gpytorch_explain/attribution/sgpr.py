@@ -257,8 +257,8 @@ def sgpr_functional_posterior(model: ExactGP, functional: Functional, x: Tensor,
 
     :param model: An ``ExactGP`` in eval mode with a Gaussian likelihood whose ``covar_module`` is an
         ``InducingPointKernel``.
-    :param functional: :class:`~gpytorch_explain.attribution.Gradient` or
-        :class:`~gpytorch_explain.attribution.IntegratedGradient`.
+    :param functional: :class:`~gpytorch_explain.attribution.GradientFunctional` or
+        :class:`~gpytorch_explain.attribution.IntegratedGradientFunctional`.
     :param x: Points ``(m, D)`` (or ``(*batch, m, D)``), already checked against the training inputs.
     :param order: Gauss–Legendre order for base kernels without closed forms.
     :return: An :class:`~gpytorch_explain.attribution.AttributionDistribution`, mean ``(*batch, m, D)``, lazy

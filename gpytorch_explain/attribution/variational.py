@@ -438,8 +438,8 @@ def variational_functional_posterior(
         (or ``LargeBatchVariationalStrategy``), an ``UnwhitenedVariationalStrategy``, or an
         ``IndependentMultitaskVariationalStrategy`` around one of them, and whose prior is
         ``MultivariateNormal(mean_module(x), covar_module(x))``.
-    :param functional: :class:`~gpytorch_explain.attribution.Gradient` or
-        :class:`~gpytorch_explain.attribution.IntegratedGradient`.
+    :param functional: :class:`~gpytorch_explain.attribution.GradientFunctional` or
+        :class:`~gpytorch_explain.attribution.IntegratedGradientFunctional`.
     :param x: Points ``(m, D)`` (or ``(*batch, m, D)``), the inducing points' dtype.
     :param order: Gauss–Legendre order for kernels without closed forms.
     :return: An :class:`~gpytorch_explain.attribution.AttributionDistribution` with mean ``(*batch, m, D)`` and a
