@@ -315,7 +315,7 @@ def _autograd_leaf(kernel: Kernel, x1: Tensor, x2: Tensor, npd: int, need: int, 
     r"""Values/derivatives of an arbitrary kernel by autograd (see the module docs).
 
     Evaluates :math:`K_{pq}(\mathbf s, \mathbf t) = k(\mathbf x_p + \mathbf s, \mathbf x'_q + \mathbf t)` densely
-    (one ``(m1, m2)`` block per leading index if the block has cross structure, else one ``1 x 1`` block per pair),
+    (one ``(m1, m2)`` block per leading index if the block has cross structure, else one ``1 × 1`` block per pair),
     with one extra first-argument row so that ``x1`` and ``x2`` never compare equal (kernels such as
     ``LinearKernel`` drop ``x2`` when ``torch.equal(x1, x2)``). Then
     :math:`\partial_{s_i} K_{pq} = \partial_i k`, :math:`\partial_{t_j} K_{pq} = \partial'_j k` and

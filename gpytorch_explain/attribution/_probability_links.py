@@ -184,7 +184,7 @@ def _softmax_monte_carlo(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     r"""Rao–Blackwellised Monte Carlo of :math:`\sum_n w_{npi}\,\mathbb E[\partial_i p_c(\text{node } n)]` per point.
 
-    ``mom`` holds ``N x m`` nodes (``(N, m, C)`` / ``(N, m, C, D)``), ``node_weights`` is ``(N, m, D)``, ``xi``
+    ``mom`` holds ``N × m`` nodes (``(N, m, C)`` / ``(N, m, C, D)``), ``node_weights`` is ``(N, m, D)``, ``xi``
     ``(S, m, C)`` standard normal draws shared by the nodes of a point. Returns the mean and standard error
     ``(m, C, D)`` of the weighted sum, and those of the probability at the first node (``(m, C)``).
     """

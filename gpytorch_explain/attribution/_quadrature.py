@@ -3,16 +3,16 @@ r"""Gauss–Legendre rules on :math:`[0, 1]` and the memory-bounded chunking use
 
 One home for what used to be three Gauss–Legendre helpers and four chunking helpers:
 
-* :func:`gauss_legendre_np` / :func:`gauss_legendre` -- the :math:`n`-point rule mapped from :math:`[-1, 1]` to
+* :func:`gauss_legendre_np` / :func:`gauss_legendre` — the :math:`n`-point rule mapped from :math:`[-1, 1]` to
   :math:`[0, 1]`,
 
   .. math:: \int_0^1 g(t)\,dt \approx \sum_{q=1}^{n} w_q\, g(t_q), \qquad t_q = \tfrac12(\xi_q + 1),\
       w_q = \tfrac12 \omega_q, \qquad \sum_q w_q = 1,
 
   with :math:`(\xi_q, \omega_q)` NumPy's ``leggauss`` nodes and weights;
-* :func:`chunk_slices` -- consecutive slices of ``total`` items holding at most ``budget`` elements each (at
+* :func:`chunk_slices` — consecutive slices of ``total`` items holding at most ``budget`` elements each (at
   least one item per slice);
-* :func:`point_chunks` -- slices of the points of ``x`` whose derived cross-covariance with ``X`` stays within
+* :func:`point_chunks` — slices of the points of ``x`` whose derived cross-covariance with ``X`` stays within
   :data:`MAX_ROW_ELEMENTS`.
 
 Budgets are read when called, so a module constant patched at run time takes effect.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 r"""Scalar moments behind the closed-form RBF integrated-gradient covariances of
 :mod:`gpytorch_explain.attribution.rbf`: the segment moments :math:`I_p = \int_0^1 t^p e^{-q(t)}\,dt`,
-the self-moments of a path with itself, and the IG--IG pair blocks (outer composite Gauss–Legendre rule planned
+the self-moments of a path with itself, and the IG–IG pair blocks (outer composite Gauss–Legendre rule planned
 from the path lengths). The derivations and accuracy are stated in the docstring of that module.
 """
 

@@ -68,7 +68,7 @@ def _reject_inducing_point_kernel(kernel: Kernel, where: str) -> None:
 
 
 def _check_dense_memory(n: int, covar) -> None:
-    """Raise ``MemoryError`` with the estimate and the alternatives when a dense ``n x n`` factor cannot fit."""
+    """Raise ``MemoryError`` with the estimate and the alternatives when a dense ``n × n`` factor cannot fit."""
     from .fallback import available_memory  # looked up per call (tests patch it)
 
     need = 3 * n * n * covar.dtype.itemsize
@@ -344,13 +344,13 @@ class _FunctionalPosterior:
     def __call__(self, x: Tensor) -> MultitaskMultivariateNormal:
         r"""The attribution GP at ``x`` (``(m, D)`` or ``(*batch, m, D)``).
 
-        For an ``ExactGP`` the derived cross-covariance :math:`\mathbf B` (``m x D x n``) is formed at once only
+        For an ``ExactGP`` the derived cross-covariance :math:`\mathbf B` (``m × D × n``) is formed at once only
         when it has at most :data:`MAX_ROW_ELEMENTS` elements. Otherwise the mean
         :math:`\mathbf B^\top\boldsymbol\alpha` is accumulated over chunks of points and the covariance
         operator recomputes the rows of :math:`\mathbf B` chunk by chunk when it needs them (memory
         :math:`O(\text{chunk}\cdot Dn)`; the results are the same up to round-off). SGPR models condition
         in inducing space (:mod:`~gpytorch_explain.attribution.sgpr`) and variational models on
-        :math:`q(\mathbf u)`, where :math:`\mathbf B` is only ``m x D x M``.
+        :math:`q(\mathbf u)`, where :math:`\mathbf B` is only ``m × D × M``.
         """
         x = self._check_x(x)
         if self.model.training:

@@ -4,9 +4,9 @@ r"""Derivative and integrated-gradient covariances of any twice-differentiable G
 This module gathers the public functions of the two modules that implement them, so that
 ``from gpytorch_explain.attribution import generic`` and ``generic.ig_cross(...)`` keep working:
 
-* :mod:`gpytorch_explain.attribution.kernel_derivatives` -- :func:`kernel_derivatives`, :func:`grad_cross`,
+* :mod:`gpytorch_explain.attribution.kernel_derivatives` — :func:`kernel_derivatives`, :func:`grad_cross`,
   :func:`grad_joint`, :func:`grad_point` (closed-form and autograd leaves);
-* :mod:`gpytorch_explain.attribution.path_integrals` -- :func:`ig_cross`, :func:`ig_joint`, :func:`ig_point`
+* :mod:`gpytorch_explain.attribution.path_integrals` — :func:`ig_cross`, :func:`ig_joint`, :func:`ig_point`
   (the integrated-gradient rules with their kink / Duffy handling).
 
 The mathematics is stated in those modules.

@@ -28,13 +28,13 @@ are linear functionals of :math:`f`, so their covariances are derived kernels:
 with :math:`\partial_i` acting on the first and :math:`\partial'_j` on the second argument. This module computes
 the derivatives for any kernel built from
 
-* **closed-form leaves** -- ``RBFKernel``, ``RQKernel``, ``MaternKernel`` (:math:`\nu = 3/2, 5/2`),
+* **closed-form leaves** — ``RBFKernel``, ``RQKernel``, ``MaternKernel`` (:math:`\nu = 3/2, 5/2`),
   ``PeriodicKernel``, ``LinearKernel``, ``ConstantKernel`` (isotropic or ARD, any ``active_dims``, batched);
-* **structure** -- ``ScaleKernel``, sums (``AdditiveKernel``, ``k1 + k2``; linearity) and ``ProductKernel``
+* **structure** — ``ScaleKernel``, sums (``AdditiveKernel``, ``k1 + k2``; linearity) and ``ProductKernel``
   (``k1 * k2``; product rule
   :math:`\partial_i\partial'_j(k_1k_2) = (\partial_i\partial'_j k_1)k_2 + \partial_i k_1\,\partial'_j k_2
   + \partial'_j k_1\,\partial_i k_2 + k_1\,\partial_i\partial'_j k_2`);
-* **any other kernel** (user-defined ``Kernel`` subclasses, ...) -- plain torch autograd of the kernel's
+* **any other kernel** (user-defined ``Kernel`` subclasses, ...) — plain torch autograd of the kernel's
   ``__call__``: all :math:`D` (or :math:`D^2`) directional derivatives of a whole block at once, by shifting all
   first (second) arguments by a common vector :math:`\mathbf s` (:math:`\mathbf t`) and differentiating
   :math:`\sum_{pq} v_{pq} k(\mathbf x_p + \mathbf s, \mathbf x'_q + \mathbf t)` once more with respect to the
@@ -171,7 +171,7 @@ def kernel_derivatives(
 
     :return: ``(k,)``, ``(k, g1)`` or ``(k, g1, g2, h)`` for ``order`` 0, 1, 2 with
         :math:`g_{1,i} = \partial k/\partial x_i`, :math:`g_{2,j} = \partial k/\partial x'_j`,
-        :math:`h_{ij} = \partial^2 k/\partial x_i\partial x'_j` (trailing ``D`` / ``D x D``).
+        :math:`h_{ij} = \partial^2 k/\partial x_i\partial x'_j` (trailing ``D`` / ``D × D``).
     """
     _check_method(method)
     if order not in (0, 1, 2):
@@ -201,7 +201,7 @@ def grad_cross(
     X_j)`, ``(*batch, m, D, n)``.
 
     :param method: ``"auto"`` (closed forms for supported leaves, autograd otherwise) or ``"autograd"`` (autograd
-        for every leaf; a diagnostic -- not valid at coincident points for GPyTorch's distance-based kernels).
+        for every leaf; a diagnostic — not valid at coincident points for GPyTorch's distance-based kernels).
     """
     _check_method(method)
     bshape, (x, X) = _setup(kernel, x, X)

@@ -49,7 +49,7 @@ class LatentGradientMoments:
     gradient_covariance: Tensor | None = None
 
     def joint_covariance(self) -> Tensor:
-        r"""The ``(D+1) x (D+1)`` covariance of :math:`(f, \partial_1 f, \dots, \partial_D f)` per point,
+        r"""The ``(D+1) × (D+1)`` covariance of :math:`(f, \partial_1 f, \dots, \partial_D f)` per point,
         ``(*batch, m, D + 1, D + 1)`` (needs ``full=True``)."""
         if self.gradient_covariance is None:
             raise ValueError("joint_covariance needs the gradient covariance: call latent_gradient_moments(full=True).")

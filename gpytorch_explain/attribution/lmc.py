@@ -50,7 +50,7 @@ class MixedAttributionLinearOperator(LinearOperator):
     r""":math:`\boldsymbol\Sigma_t = \sum_q w_{qt}\boldsymbol\Sigma_q` for a batch of latent attribution covariances.
 
     :param base: Covariances of the :math:`Q` latents, batch ``(*rest, Q)`` (the latent dimension last), each
-        ``mD x mD``, interleaved (an :class:`~gpytorch_explain.operators.AttributionPosteriorLinearOperator`).
+        ``mD × mD``, interleaved (an :class:`~gpytorch_explain.operators.AttributionPosteriorLinearOperator`).
     :param weights: :math:`w_{qt}`, ``(*rest, Q, T)`` (broadcastable).
     :return: An operator of batch ``(*rest, T)``. :meth:`point_blocks` (hence the diagonal) and products use the
         base's lazy operations; :meth:`to_dense` forms the base densely.
@@ -74,7 +74,7 @@ class MixedAttributionLinearOperator(LinearOperator):
         return (per_latent.unsqueeze(-tail - 1) * w).sum(-tail - 2)
 
     def point_blocks(self) -> Tensor:
-        """The per-point ``D x D`` blocks, ``(*rest, T, m, D, D)``."""
+        """The per-point ``D × D`` blocks, ``(*rest, T, m, D, D)``."""
         return self._mix(self.base.point_blocks(), 3)
 
     def _diagonal(self) -> Tensor:

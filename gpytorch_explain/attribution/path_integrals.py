@@ -13,7 +13,7 @@ derivatives of :mod:`gpytorch_explain.attribution.kernel_derivatives`,
 with :math:`\partial_i` acting on the first and :math:`\partial'_j` on the second argument. This module computes
 them for any kernel built from
 
-**Quadrature and kinks.** Path integrals use Gauss--Legendre (GL) rules of ``order`` nodes per panel (per
+**Quadrature and kinks.** Path integrals use Gauss–Legendre (GL) rules of ``order`` nodes per panel (per
 dimension in 2-D). Matérn kernels are only finitely smooth at :math:`\mathbf x = \mathbf x'`
 (:math:`\partial_i\partial'_j k` contains :math:`e^{-\sqrt5 r} \approx 1 - \sqrt5 r`), so an integrand has a kink
 wherever the two arguments meet, restricted to the Matérn leaf's active dimensions :math:`S`:

@@ -262,7 +262,7 @@ def sgpr_functional_posterior(model: ExactGP, functional: Functional, x: Tensor,
     :param x: Points ``(m, D)`` (or ``(*batch, m, D)``), already checked against the training inputs.
     :param order: Gauss–Legendre order for base kernels without closed forms.
     :return: An :class:`~gpytorch_explain.attribution.AttributionDistribution`, mean ``(*batch, m, D)``, lazy
-        interleaved covariance (the derived cross-covariances are ``m x D x M``, so nothing scales with ``n``).
+        interleaved covariance (the derived cross-covariances are ``m × D × M``, so nothing scales with ``n``).
     """
     cond = sgpr_conditioning(model)
     return cond.functional_posterior(functional, x.to(cond.inducing_points.device), order=order)

@@ -11,7 +11,7 @@ a GP whose mean and covariance are linear in the prior's. Any linear functional 
 (the gradient :math:`\partial_i`, integrated gradients :math:`\mathrm{IG}_i`) is therefore Gaussian under
 :math:`q` too. With :math:`\mathbf K_{\mathbf{UU}} + \epsilon\mathbf I = \mathbf L\mathbf L^\top` (the strategy's
 own jittered Cholesky factor) and :math:`\mathbf B = \operatorname{Cov}(\mathbf u, \mathcal L f(\mathbf x))`
-(``u x mD``, :meth:`DerivedCovariance.cross`):
+(``u × mD``, :meth:`DerivedCovariance.cross`):
 
 * ``VariationalStrategy`` (whitened, :math:`\mathbf u = \mathbf L\tilde{\mathbf u}`,
   :math:`q(\tilde{\mathbf u}) = \mathcal N(\mathbf m, \mathbf S)`):
