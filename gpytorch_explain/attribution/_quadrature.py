@@ -20,8 +20,8 @@ Budgets are read when called, so a module constant patched at run time takes eff
 Example:
     >>> import torch
     >>> t, w = gauss_legendre(3, torch.zeros((), dtype=torch.float64))
-    >>> float(w.sum()), float((w * t**2).sum())  # exact for polynomials of degree <= 5
-    (1.0, 0.3333333333333333)
+    >>> round(float(w.sum()), 14), round(float((w * t**2).sum()), 14)  # exact to degree 5
+    (1.0, 0.33333333333333)
     >>> chunk_slices(5, per_item=2, budget=4)
     [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
 """
