@@ -1,4 +1,25 @@
-"""Attribution GPs: posterior gradients and integrated gradients of trained GPyTorch models."""
+"""Attribution GPs: posterior gradients and integrated gradients of trained GPyTorch models.
+
+Module map (public entry points first; ``_``-prefixed modules are private helpers):
+
+* ``posterior`` — :class:`PosteriorGradient`, :class:`PosteriorIntegratedGradients`; their shared machinery is in
+  ``functional_posterior``; results are :class:`AttributionDistribution` (``attribution_distribution``) and
+  :class:`CompletenessGaps` (``completeness_gaps``);
+* ``functionals`` — :class:`GradientFunctional`, :class:`IntegratedGradientFunctional`;
+* ``derived`` — :class:`DerivedCovariance`, the derived covariances dispatched to ``rbf`` (closed-form RBF, with
+  ``_rbf_moments``) or to ``kernel_derivatives`` (any kernel: closed-form and autograd leaves in
+  ``_derivative_leaves``) and ``path_integrals`` (IG rules with the kink / Duffy handling of ``_kinks``,
+  ``_path_pairs`` and the polygon geometry of ``_polygon``); ``generic`` is the one import path of those public
+  functions; ``_quadrature`` holds the Gauss–Legendre rules and the chunking helpers;
+* ``sgpr``, ``variational``, ``lmc`` — SGPR, variational and LMC conditioning; ``fallback`` and ``detection`` — the
+  exact autograd fallback and when it is used; ``adaptive`` — adaptive quadrature order; ``caches`` — prediction
+  caches;
+* ``classification`` (with ``latent_gradient_moments`` and ``_probability_links``), ``probability_intervals`` —
+  class-probability attributions; ``global_importance``, ``kl_relevance``, ``plotting``.
+
+The derived kernels (:class:`~gpytorch_explain.kernels.GradientKernel`, ...) live in :mod:`gpytorch_explain.kernels`
+and are served here too.
+"""
 
 from ..errors import AutogradFallbackWarning, KernelNotDifferentiableError, QuadratureWarning
 from .attribution_distribution import AttributionDistribution

@@ -34,7 +34,7 @@ from .caches import refresh_prediction_caches, tag_prediction_caches
 from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean, uses_quadrature
 from .detection import affine_transforms, fallback_reason
 from .fallback import JointPosterior, fallback_posterior
-from .functionals import Functional, IntegratedGradientFunctional
+from .functionals import Functional, IntegratedGradientFunctional, check_point_tensor
 from .sgpr import (
     contains_inducing_point_kernel,
     is_sgpr_model,
@@ -313,12 +313,7 @@ class _FunctionalPosterior:
 
     # ------------------------------------------------------------------ inputs
     def _check_x(self, x) -> Tensor:
-        if not torch.is_tensor(x):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
-        if x.dim() < 2:
-            raise ValueError(f"x must be (m, D) (or batched (..., m, D)), got shape {tuple(x.shape)}.")
-        if not x.is_floating_point():
-            raise TypeError(f"x must be a floating-point tensor, got {x.dtype}.")
+        check_point_tensor(x)
         if x.dtype in (torch.float16, torch.bfloat16):
             raise TypeError(
                 f"x has dtype {x.dtype}: attribution GPs need float32 or float64 (Cholesky factors and derived "

@@ -52,6 +52,16 @@ class IntegratedGradientFunctional:
 Functional = GradientFunctional | IntegratedGradientFunctional
 
 
+def check_point_tensor(x) -> None:
+    """``x`` must be a floating-point tensor of points ``(m, D)`` or ``(*batch, m, D)``."""
+    if not torch.is_tensor(x):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
+    if x.dim() < 2:
+        raise ValueError(f"x must be (m, D) (or batched (..., m, D)), got shape {tuple(x.shape)}.")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}.")
+
+
 def check_inputs(x: Tensor, dims: int) -> None:
     if x.size(-1) != dims:
         raise ValueError(f"x has {x.size(-1)} columns but the functional expects D = {dims}.")

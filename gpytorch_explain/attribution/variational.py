@@ -73,7 +73,7 @@ from ..errors import ModelStateError
 from ._quadrature import point_chunks
 from .attribution_distribution import AttributionDistribution
 from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean
-from .functionals import Functional
+from .functionals import Functional, check_point_tensor
 
 __all__ = [
     "SUPPORTED_STRATEGIES",
@@ -413,12 +413,7 @@ def variational_conditioning(model: ApproximateGP):
 
 # --------------------------------------------------------------------------- the posterior
 def _check_points(x, Z: Tensor) -> Tensor:
-    if not torch.is_tensor(x):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
-    if x.dim() < 2:
-        raise ValueError(f"x must be (m, D) (or batched (..., m, D)), got shape {tuple(x.shape)}.")
-    if not x.is_floating_point():
-        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}.")
+    check_point_tensor(x)
     D = Z.size(-1)
     if x.size(-1) != D:
         raise ValueError(f"x has {x.size(-1)} columns but the model's inducing points have D = {D}.")
