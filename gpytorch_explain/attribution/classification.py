@@ -105,6 +105,7 @@ from ._probability_links import (
     _draws,
     _kind,
     _resolve_link,
+    _softmax_derivatives,  # noqa: F401 (its import path before the split)
     _softmax_monte_carlo,
     _softmax_probability_mc,
     _softmax_taylor,

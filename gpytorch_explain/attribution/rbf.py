@@ -51,7 +51,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._rbf_moments import _chunks, _ig_pair_blocks, _segment_moments
+from ._rbf_moments import (  # _self_moments, _switch_h: their import path before the split
+    _chunks,
+    _ig_pair_blocks,
+    _segment_moments,
+    _self_moments,  # noqa: F401
+    _switch_h,  # noqa: F401
+)
 
 __all__ = [
     "rbf_grad_cross",
