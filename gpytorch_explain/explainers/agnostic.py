@@ -105,7 +105,7 @@ class CaptumIGExplainer(Explainer):
 
     def __init__(self, forward_fn: Callable, baseline=None, n_steps: int = 50, method: str = "gausslegendre"):
         attr = _require("captum.attr", "CaptumIGExplainer")
-        self.ig = attr.PosteriorIntegratedGradients(forward_fn)
+        self.ig = attr.IntegratedGradients(forward_fn)
         self.baseline = baseline
         self.n_steps = n_steps
         self.method = method
