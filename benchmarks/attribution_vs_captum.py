@@ -6,7 +6,7 @@ A GP regression model (ARD-RBF, constant mean) is trained on the red wine qualit
 (or ``--data PATH``). 500 rows are explained against the training-input mean as the baseline, in
 one process:
 
-* ours: :class:`gpytorch_explain.IntegratedGradients`, exact means *and* the per-point 11 × 11
+* ours: :class:`gpytorch_explain.PosteriorIntegratedGradients`, exact means *and* the per-point 11 × 11
   covariances (so the variances) of the attributions under the GP posterior;
 * Captum ``IntegratedGradients`` with ``n_steps=50`` (``gausslegendre`` and ``riemann_trapezoid``)
   on the posterior mean, which gives means only.
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 import gpytorch_explain
-from gpytorch_explain import IntegratedGradients
+from gpytorch_explain import PosteriorIntegratedGradients
 
 DEFAULT_DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "datasets" / "wine_quality_red.csv"
 
@@ -123,7 +123,7 @@ def main():
     ls = model.covar_module.base_kernel.lengthscale.detach().squeeze()
     print("ARD lengthscales:", " ".join(f"{v:.2f}" for v in ls.tolist()), "\n")
 
-    ig = IntegratedGradients(model, baseline=baseline)
+    ig = PosteriorIntegratedGradients(model, baseline=baseline)
 
     def ours():
         with torch.no_grad():

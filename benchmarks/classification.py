@@ -17,7 +17,7 @@ inducing points a random subset of the training inputs). On a subset of test poi
    order of :math:`|\mathbb E[\mathrm{IG}_i]|` of the predicted class probability, and the expected predicted
    probability is tracked; the area under the curve (mean over the deletion steps, lower = the attribution found
    the features the prediction relies on) is compared with orderings by the latent's IG
-   (:class:`~gpytorch_explain.IntegratedGradients`), by the Taylor IG, and a random ordering.
+   (:class:`~gpytorch_explain.PosteriorIntegratedGradients`), by the Taylor IG, and a random ordering.
 
 Usage::
 
@@ -36,7 +36,7 @@ from sklearn.datasets import load_breast_cancer, load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from gpytorch_explain import IntegratedGradients
+from gpytorch_explain import PosteriorIntegratedGradients
 from gpytorch_explain.attribution.classification import (
     expected_probability_gradient,
     expected_probability_ig,
@@ -173,7 +173,7 @@ def binary(args):
     target = (probabilities(model, lik, x) > 0.5).long()
     sign = torch.where(target.bool(), 1.0, -1.0).to(DTYPE).unsqueeze(-1)
     with torch.no_grad():
-        latent_ig = IntegratedGradients(model, baseline)(x).mean
+        latent_ig = PosteriorIntegratedGradients(model, baseline)(x).mean
     orderings = {
         "E[IG] of probability": sign * ig.mean,
         "Taylor E[IG]": sign * ig.taylor,
@@ -228,7 +228,7 @@ def multiclass(args):
     print(f"  expected IG (16 path nodes, {args.samples // 4} draws): {t_ig:.2f} s, completeness gap max "
           f"{ig.completeness_gap.abs().max():.1e}, Taylor gap median {ig_gap.median():.2e}")  # fmt: skip
     with torch.no_grad():
-        latent_ig = IntegratedGradients(model, baseline)(x).mean  # (C, m, D)
+        latent_ig = PosteriorIntegratedGradients(model, baseline)(x).mean  # (C, m, D)
     orderings = {
         "E[IG] of probability": ig_mc,
         "Taylor E[IG]": ig_taylor,

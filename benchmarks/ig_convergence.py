@@ -5,10 +5,10 @@ our exact IG posterior.
 1. **Appendix C.1** (their Figure 7): the IG attribution of a GPR with an ARD-SE kernel on Wine, computed by
    the right-hand Riemann sum, the trapezoid rule and Simpson's rule over L partitions of the path, each
    applied to the *posterior of the gradient* (``PosteriorGradient`` at the L (+1) path points, joint
-   covariance), against the exact attribution GP (``IntegratedGradients``, closed form for RBF/ARD). We
+   covariance), against the exact attribution GP (``PosteriorIntegratedGradients``, closed form for RBF/ARD). We
    report the error of the mean and of the std, against L and against the number of gradient evaluations.
 2. **Figure 5**: random-feature GPs (GPyTorch's ``RFFKernel`` with M frequencies, the exact model's
-   hyperparameters, ``IntegratedGradients`` in closed form for RFF kernels) against the exact GP: the
+   hyperparameters, ``PosteriorIntegratedGradients`` in closed form for RFF kernels) against the exact GP: the
    attribution to alcohol of one test wine, per realisation (bias and spread of the mean over R draws of
    the frequencies) and for the "marginalised" RFGP (the equal-weight mixture of the R Gaussians).
 
@@ -29,7 +29,7 @@ import gpytorch
 import numpy as np
 import torch
 
-from gpytorch_explain import IntegratedGradients, PosteriorGradient
+from gpytorch_explain import PosteriorGradient, PosteriorIntegratedGradients
 
 DATA = Path("/work/shared/datasets")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -124,7 +124,7 @@ def main() -> None:
     exact_model.likelihood.noise = 0.1
     fit(exact_model, 100)
     b = torch.zeros(D, dtype=torch.float64)
-    ig = IntegratedGradients(exact_model, baseline=b)
+    ig = PosteriorIntegratedGradients(exact_model, baseline=b)
     grad = PosteriorGradient(exact_model)
     xs = torch.as_tensor(x[te[: args.points]])
     exact = ig(xs)
@@ -173,7 +173,7 @@ def main() -> None:
             rf.covar_module.outputscale = exact_model.covar_module.outputscale.detach()
             rf.likelihood.noise = exact_model.likelihood.noise.detach()
             rf.eval()
-            a = IntegratedGradients(rf, baseline=b)(xs[i0 : i0 + 1])
+            a = PosteriorIntegratedGradients(rf, baseline=b)(xs[i0 : i0 + 1])
             means.append(a.mean[0, j].item())
             sds.append(a.variance[0, j].clamp_min(0).sqrt().item())
         dt = (time.perf_counter() - t0) / args.draws

@@ -518,9 +518,9 @@ def run_model(which: str, args) -> dict:
 
 def attribution_check(model, x_test) -> str:
     """IG attribution GPs (means and per-point covariance blocks) of the trained GPR at ``x_test``."""
-    from gpytorch_explain import IntegratedGradients
+    from gpytorch_explain import PosteriorIntegratedGradients
 
-    ig = IntegratedGradients(model)
+    ig = PosteriorIntegratedGradients(model)
     t0 = time.perf_counter()
     with torch.no_grad():
         post = ig(x_test)

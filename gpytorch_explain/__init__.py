@@ -1,7 +1,14 @@
 """gpytorch-explain: Gaussian-process models that explain themselves, with calibrated uncertainty."""
 
 from . import explainers, metrics, settings
-from .attribution import CompletenessGaps, IntegratedGradients, PosteriorGradient, global_importance
+from .attribution import (
+    CompletenessGaps,
+    GradientFunctional,
+    IntegratedGradientFunctional,
+    PosteriorGradient,
+    PosteriorIntegratedGradients,
+    global_importance,
+)
 from .errors import (
     AutogradFallbackWarning,
     ConvergenceError,
@@ -11,7 +18,7 @@ from .errors import (
 )
 from .explanation import GPXExplanation
 from .fit import fit_gpx_model, fit_variational_gpx_model
-from .kernels import GPXKernel, PartitionedKernel
+from .kernels import GPXKernel, GradientKernel, IntegratedGradientKernel, PartitionedKernel
 from .models import GPXModel, GPXPredictionStrategy, GPXVariationalELBO, GPXVariationalStrategy, VariationalGPXModel
 from .operators import LowRankHadamardLinearOperator, PartitionedKernelLinearOperator, WeightPosteriorLinearOperator
 from .utils import median_heuristic_lengthscale
@@ -20,8 +27,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CompletenessGaps",
-    "IntegratedGradients",
+    "GradientFunctional",
+    "IntegratedGradientFunctional",
     "PosteriorGradient",
+    "PosteriorIntegratedGradients",
     "GPXExplanation",
     "AutogradFallbackWarning",
     "ConvergenceError",
@@ -30,6 +39,8 @@ __all__ = [
     "QuadratureWarning",
     "global_importance",
     "GPXKernel",
+    "GradientKernel",
+    "IntegratedGradientKernel",
     "PartitionedKernel",
     "PartitionedKernelLinearOperator",
     "LocalExplanation",
@@ -59,4 +70,6 @@ def __getattr__(name: str):
 
         module = importlib.import_module(".local", __name__)
         return module if _LAZY[name] is None else getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ._deprecation import resolve_deprecated
+
+    return resolve_deprecated(__name__, name, ("IntegratedGradients",), globals().__getitem__)

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from gpytorch_explain import IntegratedGradients, PosteriorGradient
+from gpytorch_explain import PosteriorGradient, PosteriorIntegratedGradients
 from gpytorch_explain.attribution.adaptive import AutogradFallbackWarning
 
 botorch = pytest.importorskip("botorch")
@@ -91,10 +91,10 @@ def test_single_task_gp_with_normalize_and_standardize():
     _close(auto.covariance_matrix / (sd[:, None] * sd), post.covariance_matrix / (sd[:, None] * sd), 1e-7, "auto")
 
     # IG: completeness against the BoTorch posterior (raw units), default baseline = the raw training mean
-    ig = IntegratedGradients(model)
+    ig = PosteriorIntegratedGradients(model)
     assert ig.method == "closed_form"
     assert torch.allclose(ig.baselines[0], X.mean(0))
-    ig_auto = IntegratedGradients(model, order=48, method="autograd")(x)
+    ig_auto = PosteriorIntegratedGradients(model, order=48, method="autograd")(x)
     _close(ig(x).mean, ig_auto.mean, 1e-8, "IG mean, closed vs autograd")
     _close(ig(x).covariance_matrix, ig_auto.covariance_matrix, 1e-7, "IG covariance, closed vs autograd")
     gaps = ig.completeness(x)

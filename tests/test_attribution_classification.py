@@ -28,9 +28,9 @@ from gpytorch.variational import (
 )
 from scipy import integrate
 
-from gpytorch_explain.attribution import Gradient
+from gpytorch_explain.attribution import GradientFunctional
+from gpytorch_explain.attribution._probability_links import _softmax_derivatives
 from gpytorch_explain.attribution.classification import (
-    _softmax_derivatives,
     expected_probability_gradient,
     expected_probability_ig,
     latent_gradient_moments,
@@ -164,7 +164,7 @@ def test_moments_against_model_predictive(strategy, kernel):
     _close(mom.gradient_mean, fd[:, 0], tol, "gradient mean vs finite differences")
     _close(mom.gradient_cross, 0.5 * fd[:, 1], tol, "Cov(∂f, f) = ½ ∂ Var f")
     with torch.no_grad():
-        blocks = variational_functional_posterior(model, Gradient(), xs).lazy_covariance_matrix.point_blocks()
+        blocks = variational_functional_posterior(model, GradientFunctional(), xs).lazy_covariance_matrix.point_blocks()
     _close(mom.gradient_covariance, blocks, 1e-10, "gradient covariance vs attribution GP")
     joint = mom.joint_covariance()
     assert joint.shape == (4, D + 1, D + 1) and torch.linalg.eigvalsh(joint).min() > -1e-10

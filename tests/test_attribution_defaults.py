@@ -13,8 +13,8 @@ import torch
 
 import gpytorch_explain
 import gpytorch_explain.attribution.adaptive as adaptive_module
-from gpytorch_explain import IntegratedGradients, PosteriorGradient
-from gpytorch_explain.attribution import DerivedCovariance, Gradient
+from gpytorch_explain import PosteriorGradient, PosteriorIntegratedGradients
+from gpytorch_explain.attribution import DerivedCovariance, GradientFunctional
 from gpytorch_explain.attribution.adaptive import QuadratureWarning
 
 DTYPE = torch.float64
@@ -50,13 +50,13 @@ B_PERIODIC = torch.full((3,), 1.5, dtype=DTYPE)
 
 def test_default_ig_order_is_adaptive_and_agrees_with_a_high_order_reference():
     model = _periodic_model()
-    ref = IntegratedGradients(model, baseline=B_PERIODIC, order=1024)(X_PERIODIC)
-    fixed32 = IntegratedGradients(model, baseline=B_PERIODIC, order=32)(X_PERIODIC)  # explicit orders still work
+    ref = PosteriorIntegratedGradients(model, baseline=B_PERIODIC, order=1024)(X_PERIODIC)
+    fixed32 = PosteriorIntegratedGradients(model, baseline=B_PERIODIC, order=32)(X_PERIODIC)  # explicit orders work
     ref_std, std32 = ref.variance.sqrt(), fixed32.variance.sqrt()
     assert ((std32 - ref_std).abs() / ref_std).max() > 0.01  # order 32 alone is visibly off here
     with warnings.catch_warnings():
         warnings.simplefilter("error", QuadratureWarning)
-        ig = IntegratedGradients(model, baseline=B_PERIODIC)
+        ig = PosteriorIntegratedGradients(model, baseline=B_PERIODIC)
         attr = ig(X_PERIODIC)
     assert ig.last_order > 32 and attr.quadrature_order == ig.last_order
     scale = torch.maximum(ref.mean.abs(), ref_std).amax(-1, keepdim=True)
@@ -70,14 +70,14 @@ def test_adaptive_order_warns_with_numbers_when_capped(monkeypatch):
     model = _periodic_model()
     monkeypatch.setattr(adaptive_module, "MAX_ORDER", 64)
     with pytest.warns(QuadratureWarning, match=r"order 64 .* change by up to"):
-        IntegratedGradients(model, baseline=B_PERIODIC)(X_PERIODIC)
+        PosteriorIntegratedGradients(model, baseline=B_PERIODIC)(X_PERIODIC)
 
 
 def test_closed_form_kernels_do_not_iterate():
     g = torch.Generator().manual_seed(1)
     X = torch.rand(20, 2, generator=g, dtype=DTYPE)
     model = GP(X, X.sum(-1), gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())).to(DTYPE).eval()
-    ig = IntegratedGradients(model)
+    ig = PosteriorIntegratedGradients(model)
     assert ig(X[:2]).quadrature_order is None
 
 
@@ -107,7 +107,7 @@ def test_dense_cholesky_by_default_at_n_1000(monkeypatch):
     # dense reference: C = K + σ²I solved directly; derived blocks from the closed forms
     with torch.no_grad():
         C = kernel(X).to_dense() + model.likelihood.noise * torch.eye(n, dtype=DTYPE)
-        derived = DerivedCovariance(kernel, Gradient())
+        derived = DerivedCovariance(kernel, GradientFunctional())
         B = derived.cross(xs, X).reshape(-1, n)  # (m·D, n)
         ref_mean = (B @ torch.linalg.solve(C, y)).reshape(4, D)
         ref_cov = derived.joint(xs, xs).reshape(4 * D, 4 * D) - B @ torch.linalg.solve(C, B.mT)
@@ -123,7 +123,7 @@ def test_hyperparameter_changes_in_eval_mode_rebuild_caches(change):
     model = GP(X, y, gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())).to(DTYPE).eval()
     model.likelihood.noise = 0.01
     xs = torch.rand(3, 2, generator=g, dtype=DTYPE)
-    ig = IntegratedGradients(model)
+    ig = PosteriorIntegratedGradients(model)
     with torch.no_grad():
         model(xs)  # a prediction builds GPyTorch's caches
         before = ig(xs)
@@ -136,7 +136,7 @@ def test_hyperparameter_changes_in_eval_mode_rebuild_caches(change):
     after = ig(xs)
     fresh_model = copy.deepcopy(model)
     fresh_model.prediction_strategy = None
-    fresh = IntegratedGradients(fresh_model)(xs)
+    fresh = PosteriorIntegratedGradients(fresh_model)(xs)
     assert not torch.allclose(before.mean, fresh.mean)  # the change matters
     assert torch.allclose(after.mean, fresh.mean, rtol=1e-10, atol=1e-12)
     assert torch.allclose(after.covariance_matrix, fresh.covariance_matrix, rtol=1e-10, atol=1e-12)
@@ -156,7 +156,7 @@ def test_clear_errors_for_half_precision_and_dimensions():
     with pytest.raises(ValueError, match="no points"):
         pg(torch.rand(0, 2, dtype=DTYPE))
     with pytest.raises(ValueError, match="order must be a positive integer"):
-        IntegratedGradients(model, order=0)
+        PosteriorIntegratedGradients(model, order=0)
     with pytest.raises(ValueError, match="method must be"):
         PosteriorGradient(model, method="numeric")
 
@@ -168,7 +168,7 @@ def test_attribution_plots_show_one_std_and_say_so():
 
     X = torch.rand(15, 2, dtype=DTYPE)
     model = GP(X, X[:, 0] - X[:, 1], gpytorch.kernels.RBFKernel()).to(DTYPE).eval()
-    ig = IntegratedGradients(model)
+    ig = PosteriorIntegratedGradients(model)
     attr = ig(X[:2])
     ax = plot_attribution_bars(attr, 0, ["a", "b"])
     assert "±1 posterior std" in ax.get_xlabel()

@@ -20,9 +20,9 @@ import pytest
 import torch
 from scipy import integrate
 
-from gpytorch_explain import IntegratedGradients, PosteriorGradient
+from gpytorch_explain import PosteriorGradient, PosteriorIntegratedGradients
 from gpytorch_explain.attribution.adaptive import AutogradFallbackWarning
-from gpytorch_explain.attribution.generic import KernelNotDifferentiableError
+from gpytorch_explain.errors import KernelNotDifferentiableError
 
 DTYPE = torch.float64
 
@@ -127,7 +127,7 @@ def test_dkl_integrated_gradients_against_quadrature_and_completeness():
     b = torch.tensor([0.1, 0.05], dtype=DTYPE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", AutogradFallbackWarning)
-        ig = IntegratedGradients(model, baseline=b)
+        ig = PosteriorIntegratedGradients(model, baseline=b)
     attr = ig(x)
     assert attr.method == "autograd" and attr.quadrature_order >= 64
 
@@ -160,7 +160,7 @@ def test_fallback_equals_closed_forms_on_plain_gpr(functional):
     x = torch.cat([X[:1], torch.rand(2, 3, dtype=DTYPE, generator=torch.Generator().manual_seed(4))])
     with warnings.catch_warnings():
         warnings.simplefilter("error", AutogradFallbackWarning)  # a plain GPR is verified: no fallback
-        make = PosteriorGradient if functional == "grad" else IntegratedGradients
+        make = PosteriorGradient if functional == "grad" else PosteriorIntegratedGradients
         closed = make(model)
     assert closed.method == "closed_form"
     auto = make(model, method="autograd") if functional == "grad" else make(model, order=48, method="autograd")
@@ -183,7 +183,7 @@ def test_disconnected_kernel_raises_instead_of_zeros():
     model = GPR(X, y, gpytorch.kernels.ScaleKernel(NumpyRBF())).to(DTYPE).eval()
     x = X[:2] + 0.1
     with pytest.raises(KernelNotDifferentiableError, match="(?i)disconnected"):
-        IntegratedGradients(model, order=16)(x)
+        PosteriorIntegratedGradients(model, order=16)(x)
     with pytest.raises(KernelNotDifferentiableError, match="(?i)disconnected"):
         PosteriorGradient(model)(x)
     with pytest.raises(KernelNotDifferentiableError, match="(?i)disconnected"):

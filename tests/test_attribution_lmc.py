@@ -23,7 +23,12 @@ from gpytorch.variational import (
     VariationalStrategy,
 )
 
-from gpytorch_explain.attribution import Gradient, IntegratedGradient, IntegratedGradients, PosteriorGradient
+from gpytorch_explain.attribution import (
+    GradientFunctional,
+    IntegratedGradientFunctional,
+    PosteriorGradient,
+    PosteriorIntegratedGradients,
+)
 from gpytorch_explain.attribution.classification import expected_probability_gradient, latent_gradient_moments
 from gpytorch_explain.attribution.lmc import LMCConditioning, lmc_joint_functional_posterior
 from gpytorch_explain.attribution.variational import variational_conditioning, variational_functional_posterior
@@ -115,11 +120,11 @@ def test_conditioning_is_lmc_and_latent_matches_model(model):
 
 def test_gradient_mean_and_covariance_per_task_and_across_tasks(model):
     x = _points()
-    post = variational_functional_posterior(model, Gradient(), x)
+    post = variational_functional_posterior(model, GradientFunctional(), x)
     assert post.mean.shape == (T, M, D) and post.lazy_covariance_matrix.shape == (T, M * D, M * D)
     _rel(post.mean, _model_gradients(model, x), 1e-10, "gradient mean")
     dense = post.covariance_matrix
-    joint = lmc_joint_functional_posterior(model, Gradient(), x)
+    joint = lmc_joint_functional_posterior(model, GradientFunctional(), x)
     assert joint.mean.shape == (T * M * D,)
     torch.testing.assert_close(joint.mean.reshape(T, M, D), post.mean, rtol=1e-12, atol=1e-14)
     J = joint.covariance_matrix.reshape(T, M * D, T, M * D)
@@ -132,7 +137,7 @@ def test_gradient_mean_and_covariance_per_task_and_across_tasks(model):
 
 def test_lazy_operator_agrees_with_its_dense_form(model):
     x = _points(seed=3, m=4)
-    post = variational_functional_posterior(model, Gradient(), x)
+    post = variational_functional_posterior(model, GradientFunctional(), x)
     op, dense = post.lazy_covariance_matrix, post.covariance_matrix
     torch.testing.assert_close(op.to_dense(), dense)
     torch.testing.assert_close(post.variance, dense.diagonal(dim1=-2, dim2=-1).reshape(T, 4, D), rtol=1e-12, atol=0)
@@ -144,7 +149,7 @@ def test_lazy_operator_agrees_with_its_dense_form(model):
 def test_integrated_gradients_mean_quadrature_and_completeness(model):
     x = _points(seed=4)
     b = torch.tensor([0.1, -0.3], dtype=DTYPE)
-    ig = IntegratedGradients(model, baseline=b)
+    ig = PosteriorIntegratedGradients(model, baseline=b)
     attr = ig(x)
     assert attr.mean.shape == (T, M, D)
     t_nodes, w = np.polynomial.legendre.leggauss(64)
@@ -159,7 +164,7 @@ def test_integrated_gradients_mean_quadrature_and_completeness(model):
     tol = 1e-6 if isinstance(model.covar_module.base_kernel, MaternKernel) else 1e-9
     assert gaps.variance_gap.abs().max() < tol * gaps.prediction_difference_variance.abs().max()
     # the same through the functional directly, and the public PosteriorGradient
-    direct = variational_functional_posterior(model, IntegratedGradient(b), x)
+    direct = variational_functional_posterior(model, IntegratedGradientFunctional(b), x)
     torch.testing.assert_close(direct.mean, attr.mean)
     torch.testing.assert_close(PosteriorGradient(model)(x).mean, _model_gradients(model, x), rtol=1e-9, atol=1e-12)
 

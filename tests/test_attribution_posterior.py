@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import gpytorch_explain
-from gpytorch_explain import IntegratedGradients, PosteriorGradient
+from gpytorch_explain import PosteriorGradient, PosteriorIntegratedGradients
 
 DTYPE = torch.float64
 
@@ -186,7 +186,7 @@ def test_ig_matches_quadrature_of_gradient_gp(kernel_name, num_baselines):
     xs = torch.rand(3, D, generator=gen, dtype=DTYPE) * 2 - 1
     baselines = torch.rand(num_baselines, D, generator=gen, dtype=DTYPE) - 0.5
     with torch.no_grad():
-        attr = IntegratedGradients(model, baseline=baselines, order=64)(xs)
+        attr = PosteriorIntegratedGradients(model, baseline=baselines, order=64)(xs)
         cov = attr.covariance_matrix
     q_mean, q_cov = _ig_by_quadrature(model, xs, baselines)
     tol = 1e-9 if kernel_name in ("rbf", "ard", "linear", "rff", "rbf+linear") else 1e-6
@@ -208,7 +208,7 @@ def test_completeness_in_mean_and_distribution(kernel_name, mean):
     xs = torch.rand(4, X.size(-1), generator=gen, dtype=DTYPE) * 2 - 1
     for baseline in (None, torch.rand(2, X.size(-1), generator=gen, dtype=DTYPE)):
         with torch.no_grad():
-            gaps = IntegratedGradients(model, baseline=baseline, order=48).completeness(xs)
+            gaps = PosteriorIntegratedGradients(model, baseline=baseline, order=48).completeness(xs)
         tol = 1e-10 if kernel_name not in ("matern52", "rq") else 1e-7
         scale_m = gaps.prediction_difference_mean.abs().max()
         scale_v = gaps.prediction_difference_variance.abs().max()
@@ -244,7 +244,7 @@ def test_ig_monte_carlo_over_posterior_samples():
     ig = (grads * w[None, None, :, None]).sum(2) * delta  # (S, m, D)
     ig = ig.reshape(S, -1)
     with torch.no_grad():
-        attr = IntegratedGradients(model, baseline=b)(xs)
+        attr = PosteriorIntegratedGradients(model, baseline=b)(xs)
     mu, sigma = attr.mean.reshape(-1), attr.covariance_matrix
     emp_mean = ig.mean(0)
     emp_cov = torch.cov(ig.T)
@@ -266,7 +266,7 @@ def test_stability_at_near_and_far_from_baseline(kernel_name):
     b = torch.zeros(D, dtype=DTYPE)
     direction = torch.linspace(0.3, 1.0, D, dtype=DTYPE)
     xs = torch.stack([b, b + 1e-8 * direction, b + 5.0 * direction, X[3]])
-    ig = IntegratedGradients(model, baseline=b)
+    ig = PosteriorIntegratedGradients(model, baseline=b)
     with torch.no_grad():
         attr = ig(xs)
         blocks = attr.lazy_covariance_matrix.point_blocks()
@@ -293,7 +293,7 @@ def test_batch_model():
     xs = torch.rand(3, X.size(-1), dtype=DTYPE)
     b = torch.zeros(X.size(-1), dtype=DTYPE)
     with torch.no_grad():
-        attr = IntegratedGradients(model, baseline=b)(xs)
+        attr = PosteriorIntegratedGradients(model, baseline=b)(xs)
         grad = PosteriorGradient(model)(xs)
     assert attr.mean.shape == (2, 3, X.size(-1)) and grad.mean.shape == (2, 3, X.size(-1))
     assert attr.variance.shape == (2, 3, X.size(-1))
@@ -303,7 +303,7 @@ def test_batch_model():
         single.likelihood.noise = 0.04
         single.eval()
         with torch.no_grad():
-            ref = IntegratedGradients(single, baseline=b)(xs)
+            ref = PosteriorIntegratedGradients(single, baseline=b)(xs)
         _rel_close(attr.mean[i], ref.mean, 1e-10, "batch mean")
         _rel_close(attr.covariance_matrix[i], ref.covariance_matrix, 1e-10, "batch covariance")
 
@@ -313,8 +313,8 @@ def test_float32_model_runs():
     model = model.float()
     xs = torch.rand(3, X.size(-1))
     with torch.no_grad():
-        attr = IntegratedGradients(model)(xs)
-        gaps = IntegratedGradients(model).completeness(xs)
+        attr = PosteriorIntegratedGradients(model)(xs)
+        gaps = PosteriorIntegratedGradients(model).completeness(xs)
     assert attr.mean.dtype == torch.float32 and torch.isfinite(attr.variance).all()
     assert gaps.mean_gap.abs().max() < 1e-4
 
@@ -329,7 +329,7 @@ def test_gpx_model_attributions():
     xs = torch.randn(3, 2, generator=gen, dtype=DTYPE)
     with torch.no_grad():
         grad = PosteriorGradient(model)(xs)
-        ig = IntegratedGradients(model)
+        ig = PosteriorIntegratedGradients(model)
         gaps = ig.completeness(xs)
         # E[∇f] = ∇ E[f]: finite differences of GPX's predictive mean (the weight noise has mean 0)
         h = 1e-5
@@ -352,14 +352,14 @@ def test_bad_input_errors():
     model, X = _model("ard", "zero")
     D = X.size(-1)
     with pytest.raises(ValueError, match="baseline"):
-        IntegratedGradients(model, baseline=torch.zeros(D + 1, dtype=DTYPE))
+        PosteriorIntegratedGradients(model, baseline=torch.zeros(D + 1, dtype=DTYPE))
     with pytest.raises(ValueError, match="baseline"):
-        IntegratedGradients(model, baseline=torch.zeros(2, 2, D, dtype=DTYPE))
+        PosteriorIntegratedGradients(model, baseline=torch.zeros(2, 2, D, dtype=DTYPE))
     with pytest.raises(ValueError, match="NaN"):
-        IntegratedGradients(model, baseline=torch.full((D,), math.nan, dtype=DTYPE))
+        PosteriorIntegratedGradients(model, baseline=torch.full((D,), math.nan, dtype=DTYPE))
     with pytest.raises(TypeError, match="dtype"):
-        IntegratedGradients(model, baseline=torch.zeros(D))
-    ig = IntegratedGradients(model)
+        PosteriorIntegratedGradients(model, baseline=torch.zeros(D))
+    ig = PosteriorIntegratedGradients(model)
     with pytest.raises(ValueError, match="columns"):
         ig(torch.zeros(2, D + 1, dtype=DTYPE))
     with pytest.raises(ValueError, match="NaN"):
@@ -399,20 +399,20 @@ def test_approximate_gp_without_covar_module_is_a_clear_error():
             raise AssertionError
 
     with pytest.raises(NotImplementedError, match="covar_module"):
-        IntegratedGradients(SVGP())
+        PosteriorIntegratedGradients(SVGP())
 
 
 def test_quadrature_error_estimate():
     model, X = _model("matern52", "zero")
     xs = torch.rand(2, X.size(-1), dtype=DTYPE)
-    ig = IntegratedGradients(model, order=32)
+    ig = PosteriorIntegratedGradients(model, order=32)
     mean_err, var_err = ig.quadrature_error(xs)
     assert mean_err.shape == (2, X.size(-1)) and mean_err.max() < 1e-8 and var_err.max() < 1e-8
-    coarse = IntegratedGradients(model, order=4)
+    coarse = PosteriorIntegratedGradients(model, order=4)
     mean_err2, var_err2 = coarse.quadrature_error(xs)
     assert max(mean_err2.max(), var_err2.max()) > 100 * max(mean_err.max(), var_err.max(), 1e-14)
     rbf_model, _ = _model("ard", "zero")
-    e_mean, e_var = IntegratedGradients(rbf_model).quadrature_error(xs)
+    e_mean, e_var = PosteriorIntegratedGradients(rbf_model).quadrature_error(xs)
     assert e_mean.max() == 0 and e_var.max() == 0  # closed form: no quadrature
 
 
@@ -424,7 +424,7 @@ def test_attribution_plots(tmp_path):
 
     model, X = _model("ard", "zero")
     D = X.size(-1)
-    ig = IntegratedGradients(model, baseline=torch.zeros(D, dtype=DTYPE))
+    ig = PosteriorIntegratedGradients(model, baseline=torch.zeros(D, dtype=DTYPE))
     with torch.no_grad():
         attr = ig(X[:2])
     ax = plot_attribution_bars(attr, 1, [f"f{j}" for j in range(D)])
@@ -436,7 +436,7 @@ def test_attribution_plots(tmp_path):
     assert len(ax.lines) >= D and len(ax.collections) == D  # one ±2σ band per feature
     ax.figure.savefig(tmp_path / "path.png")
     with pytest.raises(ValueError, match="single baseline"):
-        plot_attribution_path(IntegratedGradients(model, baseline=torch.zeros(2, D, dtype=DTYPE)), X[0])
+        plot_attribution_path(PosteriorIntegratedGradients(model, baseline=torch.zeros(2, D, dtype=DTYPE)), X[0])
 
 
 def test_iterative_and_love_paths():
@@ -446,7 +446,7 @@ def test_iterative_and_love_paths():
     model, X = _model("ard", "zero", n=40)
     xs = torch.rand(3, X.size(-1), dtype=DTYPE)
     with torch.no_grad():
-        exact = IntegratedGradients(model, baseline=torch.zeros(X.size(-1), dtype=DTYPE))(xs)
+        exact = PosteriorIntegratedGradients(model, baseline=torch.zeros(X.size(-1), dtype=DTYPE))(xs)
         exact_cov = exact.covariance_matrix
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -457,7 +457,7 @@ def test_iterative_and_love_paths():
             gpytorch.settings.eval_cg_tolerance(1e-10),
         ):
             model.prediction_strategy = None
-            ig = IntegratedGradients(model, baseline=torch.zeros(X.size(-1), dtype=DTYPE))
+            ig = PosteriorIntegratedGradients(model, baseline=torch.zeros(X.size(-1), dtype=DTYPE))
             cg = ig(xs)
             assert cg.lazy_covariance_matrix.factor_type == "solve"
             _rel_close(cg.mean, exact.mean, 1e-4, "CG mean")  # CG stalls near 1e-6 relative residual
@@ -477,7 +477,7 @@ def test_zero_variance_at_the_baseline_is_exact_and_quiet():
     b = X[:2].mean(0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        attr = IntegratedGradients(model, baseline=b)(torch.stack([b, X[0]]))
+        attr = PosteriorIntegratedGradients(model, baseline=b)(torch.stack([b, X[0]]))
         var = attr.variance
     assert isinstance(attr, gpytorch.distributions.MultitaskMultivariateNormal)
     assert torch.equal(var[0], torch.zeros_like(var[0])) and (var[1] > 0).all()
@@ -500,7 +500,7 @@ def test_attribution_tutorial_runs(tmp_path, monkeypatch, capsys):
 
 
 def test_derived_kernels_are_gpytorch_kernels():
-    from gpytorch_explain.attribution import GradientKernel, IntegratedGradientKernel
+    from gpytorch_explain.kernels import GradientKernel, IntegratedGradientKernel
 
     base = _kernel("ard", 3).to(DTYPE)
     gen = torch.Generator().manual_seed(9)

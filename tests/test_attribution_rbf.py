@@ -17,10 +17,8 @@ import pytest
 import torch
 from scipy.integrate import dblquad, quad_vec
 
+from gpytorch_explain.attribution._rbf_moments import _segment_moments, _self_moments, _switch_h
 from gpytorch_explain.attribution.rbf import (
-    _segment_moments,
-    _self_moments,
-    _switch_h,
     rbf_grad_cross,
     rbf_grad_joint,
     rbf_grad_point,

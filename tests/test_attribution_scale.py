@@ -22,11 +22,11 @@ import torch
 from linear_operator import to_dense
 
 import gpytorch_explain
-import gpytorch_explain.attribution.posterior as posterior_module
+import gpytorch_explain.attribution._quadrature as chunking_module
 import gpytorch_explain.attribution.sgpr as sgpr_module
 import gpytorch_explain.operators.block_posterior_linear_operator as block_module
-from gpytorch_explain import GPXModel, IntegratedGradients, PosteriorGradient
-from gpytorch_explain.attribution import DerivedCovariance, Gradient, IntegratedGradient
+from gpytorch_explain import GPXModel, PosteriorGradient, PosteriorIntegratedGradients
+from gpytorch_explain.attribution import DerivedCovariance, GradientFunctional, IntegratedGradientFunctional
 from gpytorch_explain.errors import ModelStateError
 
 DTYPE = torch.float64
@@ -163,7 +163,7 @@ def _dense_titsias(model, functional, xs, correction=True):
         mean_module = model.mean_module
         if isinstance(mean_module, gpytorch.means.LinearMean):
             w = mean_module.weights.squeeze(-1)
-            if isinstance(functional, Gradient):
+            if isinstance(functional, GradientFunctional):
                 mean = mean + w
             else:
                 mean = mean + ((xs.unsqueeze(0) - functional.baselines.unsqueeze(1)) * w).mean(0)
@@ -199,7 +199,7 @@ def test_sgpr_gradient_matches_finite_differences(mean, lik, kind, correction):
             grad = PosteriorGradient(model)(xs)
             cov = grad.covariance_matrix
         fd_mean, fd_cov = _fd_gradient(model, xs)
-        d_mean, d_cov = _dense_titsias(model, Gradient(), xs, correction=correction)
+        d_mean, d_cov = _dense_titsias(model, GradientFunctional(), xs, correction=correction)
     _rel_close(grad.mean.reshape(-1), fd_mean, 1e-6, "gradient mean vs FD")
     _rel_close(cov, fd_cov, 5e-4, "gradient covariance vs FD")
     _rel_close(grad.mean, d_mean, 1e-9, "gradient mean vs dense Titsias")
@@ -211,7 +211,7 @@ def test_sgpr_latent_variances_match_gpytorch():
     """The attributed process has GPyTorch's predictive mean and (diagonal-corrected) variances."""
     model, _ = _sgpr(mean="constant", lik="fixed")
     xs = _points(5, 2, seed=3)
-    ig = IntegratedGradients(model)
+    ig = PosteriorIntegratedGradients(model)
     ig(xs)
     cond = sgpr_module.sgpr_conditioning(model)
     mean, cov = cond.latent(xs)
@@ -248,12 +248,12 @@ def test_sgpr_ig_matches_quadrature_and_dense(num_baselines):
     xs = _points(3, 2, seed=2)
     baselines = _points(num_baselines, 2, seed=4) * 0.5
     with torch.no_grad():
-        attr = IntegratedGradients(model, baseline=baselines)(xs)
+        attr = PosteriorIntegratedGradients(model, baseline=baselines)(xs)
         cov = attr.covariance_matrix
     q_mean, q_cov = _ig_by_quadrature(model, xs, baselines)
     _rel_close(attr.mean, q_mean, 1e-9, "IG mean vs quadrature")
     _rel_close(cov, q_cov, 1e-9, "IG covariance vs quadrature")
-    d_mean, d_cov = _dense_titsias(model, IntegratedGradient(baselines), xs)
+    d_mean, d_cov = _dense_titsias(model, IntegratedGradientFunctional(baselines), xs)
     _rel_close(attr.mean, d_mean, 1e-9, "IG mean vs dense Titsias")
     _rel_close(cov, d_cov, 1e-9, "IG covariance vs dense Titsias")
 
@@ -262,7 +262,7 @@ def test_sgpr_ig_matches_quadrature_and_dense(num_baselines):
 def test_sgpr_ig_completeness(kind):
     model, X = _sgpr(mean="constant", lik="gaussian", kind=kind)
     xs = _points(4, 2, seed=6)
-    ig = IntegratedGradients(model)  # baseline: the training-input mean
+    ig = PosteriorIntegratedGradients(model)  # baseline: the training-input mean
     gaps = ig.completeness(xs)
     tol = 1e-9 if kind == "ard" else 1e-6
     scale = gaps.prediction_difference_variance.abs().max()
@@ -288,7 +288,7 @@ def test_sgpr_with_inducing_points_at_data_is_exact():
     xs = _points(4, D, seed=7)
     baselines = _points(2, D, seed=8) * 0.3
     with torch.no_grad():
-        for make in (PosteriorGradient, lambda mdl: IntegratedGradients(mdl, baseline=baselines)):
+        for make in (PosteriorGradient, lambda mdl: PosteriorIntegratedGradients(mdl, baseline=baselines)):
             a, e = make(model)(xs), make(exact)(xs)
             _rel_close(a.mean, e.mean, 1e-6, "U = X mean")
             _rel_close(a.covariance_matrix, e.covariance_matrix, 1e-6, "U = X covariance")
@@ -304,7 +304,7 @@ def test_sgpr_batch_model_matches_dense():
     xs = _points(3, 2, seed=9)
     with torch.no_grad():
         grad = PosteriorGradient(model)(xs)
-        d_mean, d_cov = _dense_titsias(model, Gradient(), xs)
+        d_mean, d_cov = _dense_titsias(model, GradientFunctional(), xs)
         fd_mean, _ = _fd_gradient(model, xs.expand(2, 3, 2))
     assert grad.mean.shape == (2, 3, 2)
     _rel_close(grad.mean, d_mean, 1e-9, "batch mean")
@@ -338,7 +338,7 @@ def test_sgpr_cache_reused_and_invalidated():
     model.eval()  # GPyTorch drops its prediction strategy: ours goes with it
     assert sgpr_module.sgpr_conditioning(model) is not cond
     with torch.no_grad():
-        d_mean, _ = _dense_titsias(model, Gradient(), xs)
+        d_mean, _ = _dense_titsias(model, GradientFunctional(), xs)
     _rel_close(grad(xs).mean, d_mean, 1e-9, "after invalidation")
 
 
@@ -375,7 +375,7 @@ def test_sgpr_unsupported_combinations():
     with pytest.raises(NotImplementedError, match="InducingPointKernel"):
         PosteriorGradient(nested)
     with pytest.raises(NotImplementedError, match="InducingPointKernel"):
-        DerivedCovariance(ipk, Gradient())
+        DerivedCovariance(ipk, GradientFunctional())
 
     ipk_ad = gpytorch.kernels.InducingPointKernel(
         _base(1), inducing_points=x[:4, :1].clone(), likelihood=lik, active_dims=(0,)
@@ -383,7 +383,7 @@ def test_sgpr_unsupported_combinations():
     active = SGPRModel(x, y, lik, _base(1), x[:4].clone(), gpytorch.means.ZeroMean())
     active.covar_module = ipk_ad
     with pytest.raises(NotImplementedError, match="active_dims"):
-        IntegratedGradients(active.to(DTYPE).eval(), baseline=torch.zeros(2, dtype=DTYPE))
+        PosteriorIntegratedGradients(active.to(DTYPE).eval(), baseline=torch.zeros(2, dtype=DTYPE))
 
     gpx_base = gpytorch.kernels.InducingPointKernel(_base(2), inducing_points=x[:4].clone(), likelihood=lik)
     gpx = GPXModel(x, y, base_kernel=gpx_base).eval()
@@ -437,7 +437,7 @@ def test_exact_chunked_equals_unchunked(monkeypatch, path, kind, functional):
     xs = _points(5, D, seed=22)
     if functional == "ig":
         # a fixed order: the comparison is about chunking, not the adaptive quadrature
-        make = lambda mdl: IntegratedGradients(mdl, baseline=_points(2, D, seed=23) * 0.4, order=32)  # noqa: E731
+        make = lambda mdl: PosteriorIntegratedGradients(mdl, baseline=_points(2, D, seed=23) * 0.4, order=32)  # noqa: E731
     else:
         make = PosteriorGradient
     rhs = torch.randn(*batch, 5 * D, 2, generator=torch.Generator().manual_seed(24), dtype=DTYPE)
@@ -464,7 +464,7 @@ def test_exact_chunked_equals_unchunked(monkeypatch, path, kind, functional):
             assert not post.lazy_covariance_matrix.lazy_rows
             assert post.lazy_covariance_matrix.factor_type == path
             ref = _outputs(post, rhs)
-            monkeypatch.setattr(posterior_module, "MAX_ROW_ELEMENTS", 1)  # one point per mean chunk
+            monkeypatch.setattr(chunking_module, "MAX_ROW_ELEMENTS", 1)  # one point per mean chunk
             monkeypatch.setattr(block_module, "_CHUNK_ELEMENTS", 2 * D * 30)  # two points per operator chunk
             post = make(model)(xs)
             assert post.lazy_covariance_matrix.lazy_rows
@@ -481,8 +481,8 @@ def test_exact_chunked_keeps_gradients(monkeypatch):
     model = _exact("ard")
     xs = _points(4, 3, seed=25)
     grads = []
-    for limit in (posterior_module.MAX_ROW_ELEMENTS, 1):
-        monkeypatch.setattr(posterior_module, "MAX_ROW_ELEMENTS", limit)
+    for limit in (chunking_module.MAX_ROW_ELEMENTS, 1):
+        monkeypatch.setattr(chunking_module, "MAX_ROW_ELEMENTS", limit)
         model.zero_grad()
         out = PosteriorGradient(model)(xs)
         (out.mean.sum() + out.variance.sum()).backward()
@@ -528,12 +528,13 @@ def test_inducing_models_chunked_equals_unchunked(monkeypatch, which):
     xs = _points(5, 2, seed=32)
     rhs = torch.randn(5 * 2, 2, generator=torch.Generator().manual_seed(33), dtype=DTYPE)
     with torch.no_grad():
-        for make in (PosteriorGradient, lambda mdl: IntegratedGradients(mdl, baseline=torch.zeros(2, dtype=DTYPE))):
-            monkeypatch.setattr(posterior_module, "MAX_ROW_ELEMENTS", posterior_module.MAX_ROW_ELEMENTS)
+        ig = lambda mdl: PosteriorIntegratedGradients(mdl, baseline=torch.zeros(2, dtype=DTYPE))  # noqa: E731
+        for make in (PosteriorGradient, ig):
+            monkeypatch.setattr(chunking_module, "MAX_ROW_ELEMENTS", chunking_module.MAX_ROW_ELEMENTS)
             post = make(model)(xs)
             assert not post.lazy_covariance_matrix.lazy_rows
             ref = _outputs(post, rhs)
-            monkeypatch.setattr(posterior_module, "MAX_ROW_ELEMENTS", 1)
+            monkeypatch.setattr(chunking_module, "MAX_ROW_ELEMENTS", 1)
             monkeypatch.setattr(block_module, "_CHUNK_ELEMENTS", 2 * 2 * 6)
             post = make(model)(xs)
             assert post.lazy_covariance_matrix.lazy_rows

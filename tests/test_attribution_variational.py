@@ -9,7 +9,7 @@
 * Integrated gradients are complete in mean and in distribution under the variational predictive.
 * Unsupported strategies, train mode and bad inputs raise clear errors.
 
-Tests going through ``PosteriorGradient`` / ``IntegratedGradients`` are skipped until those accept an
+Tests going through ``PosteriorGradient`` / ``PosteriorIntegratedGradients`` are skipped until those accept an
 ``ApproximateGP`` (see ``_wired``).
 """
 
@@ -32,8 +32,8 @@ from gpytorch.variational import (
     VariationalStrategy,
 )
 
-from gpytorch_explain import IntegratedGradients, ModelStateError, PosteriorGradient
-from gpytorch_explain.attribution import Gradient, IntegratedGradient
+from gpytorch_explain import ModelStateError, PosteriorGradient, PosteriorIntegratedGradients
+from gpytorch_explain.attribution import GradientFunctional, IntegratedGradientFunctional
 from gpytorch_explain.attribution.variational import (
     SUPPORTED_STRATEGIES,
     variational_conditioning,
@@ -205,7 +205,7 @@ def _fd_gradient(model, xs, h=1e-4, task=None):
 
 
 def _wired() -> bool:
-    """Whether PosteriorGradient / IntegratedGradients accept an ApproximateGP yet."""
+    """Whether PosteriorGradient / PosteriorIntegratedGradients accept an ApproximateGP yet."""
     try:
         PosteriorGradient(_svgp())
     except NotImplementedError:
@@ -228,7 +228,7 @@ def test_gradient_gp_matches_finite_differences(strategy, kernel, mean):
     xs = _points()
     xs[2] = _base(model).inducing_points[4].detach()  # an inducing point: coincident inputs
     with torch.no_grad():
-        grad = variational_functional_posterior(model, Gradient(), xs)
+        grad = variational_functional_posterior(model, GradientFunctional(), xs)
         cov = grad.covariance_matrix
     fd_mean, fd_cov = _fd_gradient(model, xs)
     assert grad.mean.shape == (3, D) and cov.shape == (3 * D, 3 * D)
@@ -244,7 +244,7 @@ def test_variational_distributions_match_finite_differences(strategy, distributi
     model = _svgp("rbf", "linear", strategy, distribution, seed=3)
     xs = _points(2, seed=4)
     with torch.no_grad():
-        grad = variational_functional_posterior(model, Gradient(), xs)
+        grad = variational_functional_posterior(model, GradientFunctional(), xs)
     fd_mean, fd_cov = _fd_gradient(model, xs)
     _rel_close(grad.mean.reshape(-1), fd_mean, 1e-6, f"{distribution} gradient mean vs FD")
     _rel_close(grad.covariance_matrix, fd_cov, 2e-6, f"{distribution} gradient covariance vs FD")
@@ -260,7 +260,7 @@ def test_independent_multitask_matches_finite_differences_per_task(strategy):
     model.eval()
     xs = _points(2, seed=6)
     with torch.no_grad():
-        grad = variational_functional_posterior(model, Gradient(), xs)
+        grad = variational_functional_posterior(model, GradientFunctional(), xs)
     assert grad.mean.shape == (tasks, 2, D) and grad.variance.shape == (tasks, 2, D)
     for task in range(tasks):
         fd_mean, fd_cov = _fd_gradient(model, xs, task=task)
@@ -274,8 +274,8 @@ def test_batched_inputs_and_uninitialised_q():
     assert not _base(model).variational_params_initialized.item()
     xs = _points(2, seed=8)
     with torch.no_grad():
-        grad = variational_functional_posterior(model, Gradient(), xs)
-        batched = variational_functional_posterior(model, Gradient(), torch.stack([xs, xs.flip(0)]))
+        grad = variational_functional_posterior(model, GradientFunctional(), xs)
+        batched = variational_functional_posterior(model, GradientFunctional(), torch.stack([xs, xs.flip(0)]))
     assert _base(model).variational_params_initialized.item()
     fd_mean, fd_cov = _fd_gradient(model, xs)
     _rel_close(grad.mean.reshape(-1), fd_mean, 1e-6, "gradient mean vs FD after initialisation")
@@ -309,7 +309,7 @@ def test_whitened_equals_unwhitened_for_the_same_q(kernel, mean):
     _rel_close(mu, mw, 1e-9, "predictive means")
     _rel_close(cu, cw, 1e-8, "predictive covariances")
     baselines = torch.tensor([[0.1, -0.2, 0.0], [-0.3, 0.4, 0.2]], dtype=DTYPE)
-    for functional in (Gradient(), IntegratedGradient(baselines)):
+    for functional in (GradientFunctional(), IntegratedGradientFunctional(baselines)):
         with torch.no_grad():
             a = variational_functional_posterior(whitened, functional, xs)
             b = variational_functional_posterior(unwhitened, functional, xs)
@@ -366,8 +366,11 @@ def test_exact_posterior_q_reproduces_exact_gp_attributions(strategy, kernel):
     b = torch.tensor([0.2, -0.1, 0.3], dtype=DTYPE)
     with torch.no_grad():
         pairs = [
-            (variational_functional_posterior(svgp, Gradient(), xs), PosteriorGradient(exact)(xs)),
-            (variational_functional_posterior(svgp, IntegratedGradient(b), xs), IntegratedGradients(exact, b)(xs)),
+            (variational_functional_posterior(svgp, GradientFunctional(), xs), PosteriorGradient(exact)(xs)),
+            (
+                variational_functional_posterior(svgp, IntegratedGradientFunctional(b), xs),
+                PosteriorIntegratedGradients(exact, b)(xs),
+            ),
         ]
     for var, ex in pairs:
         _rel_close(var.mean, ex.mean, 1e-7, "attribution means")
@@ -386,7 +389,7 @@ def test_ig_completeness_in_mean_and_distribution(strategy, kernel, mean, num_ba
     gen = torch.Generator().manual_seed(15)
     baselines = torch.rand(num_baselines, D, generator=gen, dtype=DTYPE) - 0.5
     with torch.no_grad():
-        attr = variational_functional_posterior(model, IntegratedGradient(baselines), xs, order=48)
+        attr = variational_functional_posterior(model, IntegratedGradientFunctional(baselines), xs, order=48)
         cov = attr.covariance_matrix.reshape(3, D, 3, D)
     # Σ_i IG_i(x_p) = f(x_p) − mean_r f(b_r), jointly over the points, under the model's own predictive
     mean_f, cov_f = _predictive(model, torch.cat([xs, baselines]))
@@ -396,7 +399,7 @@ def test_ig_completeness_in_mean_and_distribution(strategy, kernel, mean, num_ba
     _rel_close(cov.sum((1, 3)), W @ cov_f @ W.mT, tol, "completeness in distribution")
     # and the attributions at the baseline itself are exactly zero
     with torch.no_grad():
-        at_b = variational_functional_posterior(model, IntegratedGradient(baselines[:1]), baselines[:1])
+        at_b = variational_functional_posterior(model, IntegratedGradientFunctional(baselines[:1]), baselines[:1])
     assert at_b.mean.abs().max() < 1e-12 and at_b.variance.abs().max() < 1e-12
 
 
@@ -418,8 +421,8 @@ def test_float32_model_runs():
     model.eval()
     xs = _points(2).float()
     with torch.no_grad():
-        grad = variational_functional_posterior(model, Gradient(), xs)
-        ref = variational_functional_posterior(model.double(), Gradient(), xs.double())
+        grad = variational_functional_posterior(model, GradientFunctional(), xs)
+        ref = variational_functional_posterior(model.double(), GradientFunctional(), xs.double())
     assert grad.mean.dtype == torch.float32 and torch.isfinite(grad.variance).all()
     _rel_close(grad.mean.double(), ref.mean, 1e-3, "float32 mean")
 
@@ -459,52 +462,52 @@ def test_unsupported_strategies_raise():
     assert set(SUPPORTED_STRATEGIES) >= {VariationalStrategy, UnwhitenedVariationalStrategy}
     xs = _points(1)
     with pytest.raises(NotImplementedError, match=f"MyStrategy.*{SUPPORTED_MSG}"):
-        variational_functional_posterior(_custom_strategy_model(), Gradient(), xs)
+        variational_functional_posterior(_custom_strategy_model(), GradientFunctional(), xs)
     with pytest.raises(NotImplementedError, match=f"CiqVariationalStrategy.*{SUPPORTED_MSG}"):
-        variational_functional_posterior(CiqModel().to(DTYPE).eval(), Gradient(), xs)
+        variational_functional_posterior(CiqModel().to(DTYPE).eval(), GradientFunctional(), xs)
 
 
 def test_train_mode_and_model_structure_errors():
     model = _svgp()
     model.train()
     with pytest.raises(ModelStateError, match="eval mode"):
-        variational_functional_posterior(model, Gradient(), _points(1))
+        variational_functional_posterior(model, GradientFunctional(), _points(1))
     with pytest.raises(RuntimeError):  # ModelStateError is also a RuntimeError, as GPyTorch raises
-        variational_functional_posterior(model, Gradient(), _points(1))
+        variational_functional_posterior(model, GradientFunctional(), _points(1))
     with pytest.raises(TypeError, match="ApproximateGP"):
-        variational_functional_posterior(torch.nn.Linear(2, 2), Gradient(), _points(1))
+        variational_functional_posterior(torch.nn.Linear(2, 2), GradientFunctional(), _points(1))
     # a prior that is not MultivariateNormal(mean_module(x), covar_module(x))
     model = _svgp()
     model.forward = lambda x: gpytorch.distributions.MultivariateNormal(
         model.mean_module(x), model.covar_module(x) * 2.0
     )
     with pytest.raises(NotImplementedError, match="covar_module"):
-        variational_functional_posterior(model, Gradient(), _points(1))
+        variational_functional_posterior(model, GradientFunctional(), _points(1))
     model = _svgp()
     del model.covar_module
     with pytest.raises(NotImplementedError, match="covar_module"):
-        variational_functional_posterior(model, Gradient(), _points(1))
+        variational_functional_posterior(model, GradientFunctional(), _points(1))
 
 
 def test_bad_points_raise():
     model = _svgp()
     assert variational_inducing_points(model).shape == (NUM_INDUCING, D)
     with pytest.raises(ValueError, match="D = 3"):
-        variational_functional_posterior(model, Gradient(), torch.zeros(2, 2, dtype=DTYPE))
+        variational_functional_posterior(model, GradientFunctional(), torch.zeros(2, 2, dtype=DTYPE))
     with pytest.raises(ValueError, match="NaN"):
-        variational_functional_posterior(model, Gradient(), torch.full((2, D), float("nan"), dtype=DTYPE))
+        variational_functional_posterior(model, GradientFunctional(), torch.full((2, D), float("nan"), dtype=DTYPE))
     with pytest.raises(TypeError, match="dtype"):
-        variational_functional_posterior(model, Gradient(), torch.zeros(2, D))
+        variational_functional_posterior(model, GradientFunctional(), torch.zeros(2, D))
     with pytest.raises(ValueError, match="shape"):
-        variational_functional_posterior(model, Gradient(), torch.zeros(D, dtype=DTYPE))
+        variational_functional_posterior(model, GradientFunctional(), torch.zeros(D, dtype=DTYPE))
     with pytest.raises(TypeError, match="Tensor"):
-        variational_functional_posterior(model, Gradient(), [[0.0] * D])
+        variational_functional_posterior(model, GradientFunctional(), [[0.0] * D])
     with pytest.raises(TypeError, match="floating"):
-        variational_functional_posterior(model, Gradient(), torch.zeros(2, D, dtype=torch.long))
+        variational_functional_posterior(model, GradientFunctional(), torch.zeros(2, D, dtype=torch.long))
 
 
 # =============================================================================================
-# through PosteriorGradient / IntegratedGradients (once wired)
+# through PosteriorGradient / PosteriorIntegratedGradients (once wired)
 # =============================================================================================
 @needs_wiring
 @pytest.mark.parametrize("strategy", ["whitened", "unwhitened"])
@@ -514,10 +517,10 @@ def test_public_classes_accept_approximate_gp(strategy):
     b = torch.tensor([[0.1, -0.2, 0.0], [-0.3, 0.4, 0.2]], dtype=DTYPE)
     with torch.no_grad():
         grad = PosteriorGradient(model)(xs)
-        ref = variational_functional_posterior(model, Gradient(), xs)
-        ig = IntegratedGradients(model, baseline=b)
+        ref = variational_functional_posterior(model, GradientFunctional(), xs)
+        ig = PosteriorIntegratedGradients(model, baseline=b)
         attr = ig(xs)
-        ref_attr = variational_functional_posterior(model, IntegratedGradient(b), xs)
+        ref_attr = variational_functional_posterior(model, IntegratedGradientFunctional(b), xs)
         gaps = ig.completeness(xs)
     torch.testing.assert_close(grad.mean, ref.mean)
     torch.testing.assert_close(grad.covariance_matrix, ref.covariance_matrix)
@@ -534,7 +537,7 @@ def test_public_classes_accept_approximate_gp(strategy):
 def test_public_classes_default_baseline_and_quadrature_error():
     model = _svgp("matern52", "zero", seed=20)
     xs = _points(2, seed=21)
-    ig = IntegratedGradients(model)
+    ig = PosteriorIntegratedGradients(model)
     torch.testing.assert_close(ig.baselines, variational_inducing_points(model).mean(0, keepdim=True))
     mean_err, var_err = ig.quadrature_error(xs)
     assert mean_err.shape == (2, D) and torch.isfinite(var_err).all()
@@ -547,7 +550,7 @@ def test_public_classes_reproduce_exact_gp(strategy):
     xs = _points(3, seed=22)
     b = torch.tensor([0.2, -0.1, 0.3], dtype=DTYPE)
     with torch.no_grad():
-        for cls, kwargs in ((PosteriorGradient, {}), (IntegratedGradients, {"baseline": b})):
+        for cls, kwargs in ((PosteriorGradient, {}), (PosteriorIntegratedGradients, {"baseline": b})):
             var, ex = cls(svgp, **kwargs)(xs), cls(exact, **kwargs)(xs)
             _rel_close(var.mean, ex.mean, 1e-7, f"{cls.__name__} means")
             _rel_close(var.covariance_matrix, ex.covariance_matrix, 1e-7, f"{cls.__name__} covariances")
@@ -558,7 +561,7 @@ def test_public_classes_errors():
     with pytest.raises(NotImplementedError, match=SUPPORTED_MSG):
         PosteriorGradient(CiqModel().to(DTYPE).eval())
     with pytest.raises(NotImplementedError, match=SUPPORTED_MSG):
-        IntegratedGradients(_custom_strategy_model(), baseline=torch.zeros(D, dtype=DTYPE))
+        PosteriorIntegratedGradients(_custom_strategy_model(), baseline=torch.zeros(D, dtype=DTYPE))
     model = _svgp()
     grad = PosteriorGradient(model)
     model.train()

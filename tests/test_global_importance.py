@@ -17,7 +17,7 @@ from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import ConstantMean
 from gpytorch.models import ExactGP
 
-from gpytorch_explain.attribution import IntegratedGradients, PosteriorGradient
+from gpytorch_explain.attribution import PosteriorGradient, PosteriorIntegratedGradients
 from gpytorch_explain.attribution.global_importance import GlobalImportance, global_importance
 
 DTYPE = torch.float64
@@ -110,8 +110,8 @@ def test_sources_agree_and_ig(setup):
     b = torch.zeros(D, dtype=DTYPE)
     gen = lambda: torch.Generator().manual_seed(7)  # noqa: E731
     a = global_importance(model, X, kind="ig", baseline=b, num_samples=500, generator=gen())
-    c = global_importance(IntegratedGradients(model, baseline=b), X, num_samples=500, generator=gen())
-    d = global_importance(IntegratedGradients(model, baseline=b)(X), num_samples=500, generator=gen())
+    c = global_importance(PosteriorIntegratedGradients(model, baseline=b), X, num_samples=500, generator=gen())
+    d = global_importance(PosteriorIntegratedGradients(model, baseline=b)(X), num_samples=500, generator=gen())
     assert a.kind == c.kind == "ig" and d.kind == "given"
     torch.testing.assert_close(a.samples, c.samples)
     torch.testing.assert_close(a.samples, d.samples)

@@ -20,7 +20,7 @@ import pathlib
 import gpytorch
 import torch
 
-from gpytorch_explain import IntegratedGradients, PosteriorGradient
+from gpytorch_explain import PosteriorGradient, PosteriorIntegratedGradients
 from gpytorch_explain.attribution import plot_attribution_bars, plot_attribution_path
 
 
@@ -56,7 +56,7 @@ def main():
     model.eval()
 
     baseline = torch.zeros(2, dtype=torch.float64)
-    ig = IntegratedGradients(model, baseline=baseline)
+    ig = PosteriorIntegratedGradients(model, baseline=baseline)
     path = torch.linspace(0, 1, 5, dtype=torch.float64).unsqueeze(-1) * torch.tensor([6.0, 6.0], dtype=torch.float64)
     with torch.no_grad():
         attr = ig(path)

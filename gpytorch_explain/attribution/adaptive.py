@@ -5,7 +5,7 @@ Kernels without closed-form path integrals (periodic, Matérn, RQ, products, use
 integrate along the path by Gauss–Legendre quadrature. A fixed order can be far off: a trained
 ``ScaleKernel(PeriodicKernel())`` with period 0.65 and lengthscale 0.26 oscillates along a path several periods
 long, and order 32 gave stds of [4.56, 7.11, 6.41] against [3.92, 5.08, 4.91] at order 1024. With ``order=None``
-(the default of :class:`~gpytorch_explain.IntegratedGradients`) the attribution GP is computed at orders
+(the default of :class:`~gpytorch_explain.PosteriorIntegratedGradients`) the attribution GP is computed at orders
 :math:`q = 32, 64, \dots` until two successive orders agree,
 
 .. math::
@@ -59,7 +59,7 @@ def adaptive_call(
     fn: Callable[[Tensor, int], object],
     x: Tensor,
     start: int,
-    where: str = "IntegratedGradients",
+    where: str = "PosteriorIntegratedGradients",
     rtol: float | None = None,
     max_order: int | None = None,
 ):

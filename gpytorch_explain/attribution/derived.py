@@ -18,8 +18,9 @@ from gpytorch.kernels import (
 from gpytorch.means import ConstantMean, LinearMean, Mean, ZeroMean
 from torch import Tensor
 
-from . import generic, rbf
-from .functionals import Functional, Gradient, IntegratedGradient
+from . import kernel_derivatives, path_integrals, rbf
+from ._quadrature import gauss_legendre
+from .functionals import Functional, GradientFunctional, IntegratedGradientFunctional
 
 __all__ = ["DerivedCovariance", "functional_mean", "uses_quadrature"]
 
@@ -46,7 +47,7 @@ class DerivedCovariance:
     by :mod:`~gpytorch_explain.attribution.sgpr` with the base kernel).
 
     :param kernel: The GPyTorch kernel :math:`k`.
-    :param functional: :class:`Gradient` or :class:`IntegratedGradient`.
+    :param functional: :class:`GradientFunctional` or :class:`IntegratedGradientFunctional`.
     :param order: Gauss–Legendre order for the generic path.
     """
 
@@ -56,8 +57,9 @@ class DerivedCovariance:
         if any(isinstance(module, InducingPointKernel) for module in kernel.modules()):
             # its eval-mode covariance adds a non-differentiable diagonal correction at coincident inputs
             raise NotImplementedError(
-                "Derived covariances of an InducingPointKernel (SGPR) are not defined here; PosteriorGradient and "
-                "IntegratedGradients handle SGPR models by conditioning in inducing space with its base kernel."
+                "Derived covariances of an InducingPointKernel (SGPR) are not defined here; "
+                "PosteriorGradient and PosteriorIntegratedGradients handle SGPR models by conditioning in inducing "
+                "space with its base kernel."
             )
         self.kernel = kernel
         self.functional = functional
@@ -123,15 +125,16 @@ def _sum_broadcast(parts: list[Tensor]) -> Tensor:
 
 
 def _generic(kernel: Kernel, functional: Functional, what: str, args: tuple[Tensor, ...], order: int) -> Tensor:
-    if isinstance(functional, Gradient):
-        fn = {"cross": generic.grad_cross, "joint": generic.grad_joint, "point": generic.grad_point}[what]
+    if isinstance(functional, GradientFunctional):
+        kd = kernel_derivatives
+        fn = {"cross": kd.grad_cross, "joint": kd.grad_joint, "point": kd.grad_point}[what]
         return fn(kernel, *args)
     b = functional.baselines
     if what == "cross":
-        return generic.ig_cross(kernel, args[0], b, args[1], order=order)
+        return path_integrals.ig_cross(kernel, args[0], b, args[1], order=order)
     if what == "joint":
-        return generic.ig_joint(kernel, args[0], b, args[1], order=order)
-    return generic.ig_point(kernel, args[0], b, order=order)
+        return path_integrals.ig_joint(kernel, args[0], b, args[1], order=order)
+    return path_integrals.ig_point(kernel, args[0], b, order=order)
 
 
 # --------------------------------------------------------------------------- closed forms
@@ -141,8 +144,8 @@ def _project(kernel: Kernel, functional: Functional, args: tuple[Tensor, ...]):
     if ad is None:
         return functional, args, None
     args = tuple(a.index_select(-1, ad) for a in args)
-    if isinstance(functional, IntegratedGradient):
-        functional = IntegratedGradient(functional.baselines.index_select(-1, ad))
+    if isinstance(functional, IntegratedGradientFunctional):
+        functional = IntegratedGradientFunctional(functional.baselines.index_select(-1, ad))
     return functional, args, ad
 
 
@@ -186,7 +189,7 @@ def _rbf(kernel: RBFKernel, functional: Functional, what: str, args: tuple[Tenso
     ell = kernel.lengthscale  # (*batch, 1, D or 1)
     dims = args[0].size(-1)
     ell = ell.expand(*ell.shape[:-1], dims)
-    if isinstance(functional, Gradient):
+    if isinstance(functional, GradientFunctional):
         fn = {"cross": rbf.rbf_grad_cross, "joint": rbf.rbf_grad_joint, "point": rbf.rbf_grad_point}[what]
         return fn(*args, ell)
     b = functional.baselines
@@ -202,7 +205,7 @@ def _linear_variance(kernel: LinearKernel, dims: int) -> Tensor:
     return v.expand(*v.shape[:-1], dims).squeeze(-2)  # (*batch, D)
 
 
-def _mean_delta(x: Tensor, functional: IntegratedGradient) -> tuple[Tensor, Tensor]:
+def _mean_delta(x: Tensor, functional: IntegratedGradientFunctional) -> tuple[Tensor, Tensor]:
     """Per-baseline path displacements Δ = x − b, ``(k, *batch, m, D)``, and the baselines."""
     b = functional.baselines.to(x)
     delta = x.unsqueeze(0) - b.view(b.size(0), *([1] * (x.dim() - 1)), b.size(-1))
@@ -214,7 +217,7 @@ def _linear(kernel: LinearKernel, functional: Functional, what: str, args: tuple
     x = args[0]
     dims = x.size(-1)
     v = _linear_variance(kernel, dims)
-    if isinstance(functional, Gradient):
+    if isinstance(functional, GradientFunctional):
         scale = v.unsqueeze(-2).expand(*v.shape[:-1], x.size(-2), dims)  # (*batch, m, D)
     else:
         delta, _ = _mean_delta(x, functional)
@@ -222,16 +225,16 @@ def _linear(kernel: LinearKernel, functional: Functional, what: str, args: tuple
     if what == "cross":
         X = args[1]
         res = scale.unsqueeze(-1) * X.mT.unsqueeze(-3)  # (…, m, D, n)
-        return res.mean(0) if isinstance(functional, IntegratedGradient) else res
+        return res.mean(0) if isinstance(functional, IntegratedGradientFunctional) else res
     if what == "point":
-        if isinstance(functional, Gradient):
+        if isinstance(functional, GradientFunctional):
             return torch.diag_embed(scale)
         # mean over baseline pairs of Δ_i Δ'_i v_i δ_ij: v_i · mean_r Δ_i · mean_r' Δ'_i
         d_mean = delta.mean(0)
         return torch.diag_embed(v.unsqueeze(-2) * d_mean * d_mean)
     # joint
     x2 = args[1]
-    if isinstance(functional, Gradient):
+    if isinstance(functional, GradientFunctional):
         s1 = v.unsqueeze(-2).expand(*v.shape[:-1], x.size(-2), dims)
         s2 = torch.ones_like(x2)
     else:
@@ -260,7 +263,7 @@ def _rff_features(kernel: RFFKernel, functional: Functional | None, x: Tensor) -
     if functional is None:
         u = x @ omega
         return torch.cat([torch.cos(u), torch.sin(u)], dim=-1) / norm
-    if isinstance(functional, Gradient):
+    if isinstance(functional, GradientFunctional):
         u = (x @ omega).unsqueeze(-2)  # (*batch, m, 1, S)
         w = omega.unsqueeze(-3)  # (*batch, 1, D, S)
         return torch.cat([-torch.sin(u) * w, torch.cos(u) * w], dim=-1) / norm
@@ -298,7 +301,7 @@ def functional_mean(mean: Mean, functional: Functional, x: Tensor, order: int = 
         return x.new_zeros(*batch, *x.shape[-2:])
     if type(mean) is LinearMean:
         w = mean.weights.squeeze(-1)  # (*batch, D)
-        if isinstance(functional, Gradient):
+        if isinstance(functional, GradientFunctional):
             return w.unsqueeze(-2).expand(*torch.broadcast_shapes(w.shape[:-1], x.shape[:-2]), *x.shape[-2:])
         delta, _ = _mean_delta(x, functional)
         return (delta * w.unsqueeze(-2)).mean(0)
@@ -320,9 +323,9 @@ def _mean_grad(mean: Mean, x: Tensor) -> Tensor:
 
 
 def _generic_mean(mean: Mean, functional: Functional, x: Tensor, order: int) -> Tensor:
-    if isinstance(functional, Gradient):
+    if isinstance(functional, GradientFunctional):
         return _mean_grad(mean, x)
-    nodes, weights = generic_gauss_legendre(order, x)
+    nodes, weights = gauss_legendre(order, x)
     delta, b = _mean_delta(x, functional)  # (k, …, m, D)
     total = torch.zeros_like(delta)
     base = b.view(b.size(0), *([1] * (x.dim() - 1)), b.size(-1))
@@ -331,13 +334,3 @@ def _generic_mean(mean: Mean, functional: Functional, x: Tensor, order: int) -> 
         g = _mean_grad(mean, point.reshape(-1, *x.shape[-2:]) if point.dim() > 3 else point)
         total = total + w * g.reshape(delta.shape)
     return (total * delta).mean(0)
-
-
-def generic_gauss_legendre(order: int, like: Tensor) -> tuple[Tensor, Tensor]:
-    """Gauss–Legendre nodes and weights on [0, 1]."""
-    import numpy as np
-
-    nodes, weights = np.polynomial.legendre.leggauss(order)
-    nodes = torch.as_tensor((nodes + 1) / 2, dtype=like.dtype, device=like.device)
-    weights = torch.as_tensor(weights / 2, dtype=like.dtype, device=like.device)
-    return nodes, weights

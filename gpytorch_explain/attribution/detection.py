@@ -33,6 +33,7 @@ from gpytorch.kernels import Kernel
 from linear_operator import to_dense
 
 from .._compat import is_botorch_model
+from .variational import variational_inducing_points
 
 __all__ = ["affine_transforms", "fallback_reason", "MULTITASK_KERNELS"]
 
@@ -122,7 +123,6 @@ def _probe_points(model) -> torch.Tensor | None:
     from gpytorch.models import ApproximateGP
 
     if isinstance(model, ApproximateGP):
-        from .variational import variational_inducing_points
 
         try:
             X = variational_inducing_points(model)

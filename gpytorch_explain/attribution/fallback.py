@@ -49,8 +49,11 @@ from linear_operator import to_dense
 from torch import Tensor
 
 from .._compat import is_botorch_model
-from .functionals import Functional, Gradient
-from .generic import KernelNotDifferentiableError
+from ..errors import KernelNotDifferentiableError
+from ._quadrature import gauss_legendre
+from .attribution_distribution import AttributionDistribution
+from .completeness_gaps import CompletenessGaps
+from .functionals import Functional, GradientFunctional
 
 __all__ = [
     "JointPosterior",
@@ -197,12 +200,11 @@ def _is_botorch_model(model) -> bool:
 
 def path_nodes(functional: Functional, x: Tensor, order: int) -> tuple[Tensor, Tensor]:
     r"""Nodes :math:`\mathbf a_{pl}` ``(m, L, D)`` and weights :math:`W_{pli}` ``(m, L, D)`` of the functional."""
-    if isinstance(functional, Gradient):
+    if isinstance(functional, GradientFunctional):
         return x.unsqueeze(-2), torch.ones_like(x).unsqueeze(-2)
-    from .generic import _gl
 
     b = functional.baselines.to(x)  # (k, D)
-    t, w = _gl(order, x)
+    t, w = gauss_legendre(order, x)
     delta = x.unsqueeze(-2) - b  # (m, k, D)
     nodes = b.unsqueeze(-2) + t[:, None] * delta.unsqueeze(-2)  # (m, k, Q, D)
     weights = w[:, None] * delta.unsqueeze(-2) / b.size(0)
@@ -347,7 +349,7 @@ def available_memory(device: torch.device) -> int | None:
 def fallback_memory_estimate(functional: Functional, x: Tensor, order: int, num_train: int = 0) -> int:
     """Rough peak bytes of one autograd-fallback call (model call on ``2N`` points, batched mixed derivatives)."""
     m, D = x.shape[-2:]
-    nodes = 1 if isinstance(functional, Gradient) else functional.num_baselines * int(order)
+    nodes = 1 if isinstance(functional, GradientFunctional) else functional.num_baselines * int(order)
     N = m * nodes
     size = x.element_size()
     rows = min(m * D, max(1, _MAX_BATCHED // max(1, N * N)))
@@ -369,13 +371,12 @@ def check_fallback_memory(functional: Functional, x: Tensor, order: int, num_tra
 
 # --------------------------------------------------------------------------- used by PosteriorGradient / IG
 def fallback_posterior(owner, x: Tensor, order: int):
-    """The attribution distribution of ``owner`` (a ``PosteriorGradient``/``IntegratedGradients`` on the autograd
-    path) at ``x`` ``(m, D)``: mean ``(*outputs, m, D)``, dense interleaved covariance."""
+    """The attribution distribution of ``owner`` (a ``PosteriorGradient``/``PosteriorIntegratedGradients`` on the
+    autograd path) at ``x`` ``(m, D)``: mean ``(*outputs, m, D)``, dense interleaved covariance."""
     import warnings
 
     from linear_operator.operators import DenseLinearOperator
 
-    from .posterior import AttributionDistribution
 
     X = owner._raw_train_inputs()
     inputs = getattr(owner.model, "train_inputs", None)
@@ -403,7 +404,6 @@ def fallback_posterior(owner, x: Tensor, order: int):
 
 def fallback_completeness(owner, x: Tensor, attr):
     """Completeness of an autograd-path IG against the model's own joint posterior of ``f(x)`` and ``f(b)``."""
-    from .posterior import CompletenessGaps
 
     m, D = x.shape
     shape = attr.mean.shape[:-2]

@@ -8,19 +8,19 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["Gradient", "IntegratedGradient", "Functional"]
+__all__ = ["GradientFunctional", "IntegratedGradientFunctional", "Functional"]
 
 
 @dataclass(frozen=True)
-class Gradient:
+class GradientFunctional:
     r"""The gradient :math:`\partial f(\mathbf x) / \partial x_i`, :math:`i = 1..D`."""
 
     def path_delta(self, x: Tensor) -> Tensor:  # pragma: no cover - not a path functional
-        raise TypeError("Gradient is not a path functional.")
+        raise TypeError("GradientFunctional is not a path functional.")
 
 
 @dataclass(frozen=True, eq=False)
-class IntegratedGradient:
+class IntegratedGradientFunctional:
     r"""Integrated gradients with baseline(s) :math:`\mathbf b^{(1..k)}`, averaged over the baselines.
 
     .. math::
@@ -49,7 +49,17 @@ class IntegratedGradient:
         return self.baselines.size(0)
 
 
-Functional = Gradient | IntegratedGradient
+Functional = GradientFunctional | IntegratedGradientFunctional
+
+
+def check_point_tensor(x) -> None:
+    """``x`` must be a floating-point tensor of points ``(m, D)`` or ``(*batch, m, D)``."""
+    if not torch.is_tensor(x):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
+    if x.dim() < 2:
+        raise ValueError(f"x must be (m, D) (or batched (..., m, D)), got shape {tuple(x.shape)}.")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}.")
 
 
 def check_inputs(x: Tensor, dims: int) -> None:
@@ -57,3 +67,9 @@ def check_inputs(x: Tensor, dims: int) -> None:
         raise ValueError(f"x has {x.size(-1)} columns but the functional expects D = {dims}.")
     if not torch.isfinite(x).all():
         raise ValueError("x contains NaN or infinite values.")
+
+
+def __getattr__(name: str):
+    from .._deprecation import resolve_deprecated
+
+    return resolve_deprecated(__name__, name, ("Gradient", "IntegratedGradient"), globals().__getitem__)

@@ -8,8 +8,8 @@ For attributions :math:`a_{pi}` (gradient or integrated gradients of feature :ma
 
 Under the attribution GP, :math:`\mathbf a` is jointly Gaussian over all points and features (the
 ``MultitaskMultivariateNormal`` of :class:`~gpytorch_explain.attribution.PosteriorGradient` /
-:class:`~gpytorch_explain.attribution.IntegratedGradients`), so :math:`G_i` has a posterior distribution. Its mean
-is exact by linearity and the folded normal,
+:class:`~gpytorch_explain.attribution.PosteriorIntegratedGradients`), so :math:`G_i` has a posterior distribution.
+Its mean is exact by linearity and the folded normal,
 
 .. math:: \mathbb E|a| = \sigma\sqrt{2/\pi}\,e^{-\mu^2/2\sigma^2} + \mu\,\bigl(1 - 2\Phi(-\mu/\sigma)\bigr),
 
@@ -106,9 +106,9 @@ def _attribution(source, X, kind: str, baseline, order):
         return source, "given"
     if X is None:
         raise ValueError("global_importance(model, X, ...) needs the dataset X (m, D).")
-    from .posterior import IntegratedGradients, PosteriorGradient
+    from .posterior import PosteriorGradient, PosteriorIntegratedGradients
 
-    if isinstance(source, (PosteriorGradient, IntegratedGradients)):
+    if isinstance(source, (PosteriorGradient, PosteriorIntegratedGradients)):
         return source(X), "gradient" if isinstance(source, PosteriorGradient) else "ig"
     if kind == "gradient":
         if baseline is not None:
@@ -117,7 +117,7 @@ def _attribution(source, X, kind: str, baseline, order):
         return PosteriorGradient(source, **kwargs)(X), kind
     if kind == "ig":
         kwargs = {} if order is None else {"order": order}
-        return IntegratedGradients(source, baseline=baseline, **kwargs)(X), kind
+        return PosteriorIntegratedGradients(source, baseline=baseline, **kwargs)(X), kind
     raise ValueError(f"kind must be 'ig' or 'gradient', got {kind!r}.")
 
 
@@ -136,12 +136,12 @@ def global_importance(
     r"""Mean absolute attribution per feature over a dataset, with its posterior uncertainty, in one call.
 
     :param source: A trained GPyTorch model (anything :class:`~gpytorch_explain.attribution.PosteriorGradient` and
-        :class:`~gpytorch_explain.attribution.IntegratedGradients` accept), one of those attribution objects, or an
-        attribution distribution already computed at the dataset (a ``MultitaskMultivariateNormal`` with mean
-        ``(*batch, m, D)``, e.g. ``IntegratedGradients(model)(X)``).
+        :class:`~gpytorch_explain.attribution.PosteriorIntegratedGradients` accept), one of those attribution objects,
+        or an attribution distribution already computed at the dataset (a ``MultitaskMultivariateNormal`` with mean
+        ``(*batch, m, D)``, e.g. ``PosteriorIntegratedGradients(model)(X)``).
     :param X: The dataset ``(m, D)`` (not with a distribution).
     :param kind: ``"ig"`` (default) or ``"gradient"``, when ``source`` is a model.
-    :param baseline: IG baseline(s), as for ``IntegratedGradients`` (default: the training-input mean).
+    :param baseline: IG baseline(s), as for ``PosteriorIntegratedGradients`` (default: the training-input mean).
     :param level: Probability of the equal-tailed credible interval (default 0.9).
     :param num_samples: Joint draws of all attributions.
     :param generator: Random generator of the draws.

@@ -38,6 +38,7 @@ from gpytorch.models import ApproximateGP
 from linear_operator.operators import DenseLinearOperator, LinearOperator
 from torch import Tensor
 
+from .attribution_distribution import AttributionDistribution
 from .derived import DEFAULT_ORDER
 from .functionals import Functional
 from .variational import VariationalConditioning
@@ -49,7 +50,7 @@ class MixedAttributionLinearOperator(LinearOperator):
     r""":math:`\boldsymbol\Sigma_t = \sum_q w_{qt}\boldsymbol\Sigma_q` for a batch of latent attribution covariances.
 
     :param base: Covariances of the :math:`Q` latents, batch ``(*rest, Q)`` (the latent dimension last), each
-        ``mD x mD``, interleaved (an :class:`~gpytorch_explain.operators.AttributionPosteriorLinearOperator`).
+        ``mD × mD``, interleaved (an :class:`~gpytorch_explain.operators.AttributionPosteriorLinearOperator`).
     :param weights: :math:`w_{qt}`, ``(*rest, Q, T)`` (broadcastable).
     :return: An operator of batch ``(*rest, T)``. :meth:`point_blocks` (hence the diagonal) and products use the
         base's lazy operations; :meth:`to_dense` forms the base densely.
@@ -73,7 +74,7 @@ class MixedAttributionLinearOperator(LinearOperator):
         return (per_latent.unsqueeze(-tail - 1) * w).sum(-tail - 2)
 
     def point_blocks(self) -> Tensor:
-        """The per-point ``D x D`` blocks, ``(*rest, T, m, D, D)``."""
+        """The per-point ``D × D`` blocks, ``(*rest, T, m, D, D)``."""
         return self._mix(self.base.point_blocks(), 3)
 
     def _diagonal(self) -> Tensor:
@@ -129,7 +130,6 @@ class LMCConditioning:
     def functional_posterior(self, functional: Functional, x: Tensor, order: int = DEFAULT_ORDER):
         r"""Per-task :math:`q(\mathcal L f_t(\mathbf x))`, an ``AttributionDistribution`` with mean
         ``(*rest, T, m, D)`` (``(T, m, D)`` for the usual single latent batch dimension) and a lazy covariance."""
-        from .posterior import AttributionDistribution
 
         post = self.base.functional_posterior(functional, x, order=order)
         batch_ndim = len(post.mean.shape[:-2])
@@ -182,7 +182,7 @@ def lmc_joint_functional_posterior(
 
     :param model: An ``ApproximateGP`` in eval mode whose ``variational_strategy`` is an
         ``LMCVariationalStrategy`` around a ``VariationalStrategy`` (or another supported base strategy).
-    :param functional: ``Gradient()`` or ``IntegratedGradient(baseline)``.
+    :param functional: ``GradientFunctional()`` or ``IntegratedGradientFunctional(baseline)``.
     :param x: Points ``(m, D)``.
     :return: ``MultivariateNormal`` over the flattened ``(T, m, D)`` attributions (index ``(t * m + p) * D + i``),
         with the cross-task covariances :math:`\sum_q a_{qt}a_{qs}\operatorname{Cov}[\mathcal L g_q]`.
@@ -190,7 +190,7 @@ def lmc_joint_functional_posterior(
     Example:
         >>> import torch, gpytorch
         >>> from gpytorch.variational import CholeskyVariationalDistribution, LMCVariationalStrategy
-        >>> from gpytorch_explain.attribution import Gradient
+        >>> from gpytorch_explain.attribution import GradientFunctional
         >>> class LMC(gpytorch.models.ApproximateGP):
         ...     def __init__(self, Z):
         ...         dist = CholeskyVariationalDistribution(Z.size(-2), batch_shape=torch.Size([2]))
@@ -201,7 +201,7 @@ def lmc_joint_functional_posterior(
         ...         return gpytorch.distributions.MultivariateNormal(torch.zeros(x.shape[:-1]).to(x),
         ...                                                         self.covar_module(x))
         >>> model = LMC(torch.rand(2, 6, 2, dtype=torch.float64)).double().eval()
-        >>> joint = lmc_joint_functional_posterior(model, Gradient(), torch.rand(4, 2, dtype=torch.float64))
+        >>> joint = lmc_joint_functional_posterior(model, GradientFunctional(), torch.rand(4, 2, dtype=torch.float64))
         >>> joint.mean.shape, joint.covariance_matrix.shape
         (torch.Size([24]), torch.Size([24, 24]))
     """

@@ -33,7 +33,7 @@ def plot_attribution_bars(
     "attribution (error bars: ±1 posterior std, latent)". The std is the attribution GP's: the uncertainty of
     the latent function's attribution, without observation noise.
 
-    :param attributions: The output of :class:`~gpytorch_explain.IntegratedGradients` or
+    :param attributions: The output of :class:`~gpytorch_explain.PosteriorIntegratedGradients` or
         :class:`~gpytorch_explain.PosteriorGradient`, mean ``(m, D)``.
     :return: The matplotlib Axes.
 
@@ -95,7 +95,7 @@ def plot_attribution_path(
     values of :math:`t \in [0, 1]` (the figure of Seitz et al.'s synthetic example: the
     uncertainty grows with the distance from the baseline). Needs a single baseline.
 
-    :param ig: An :class:`~gpytorch_explain.IntegratedGradients`.
+    :param ig: An :class:`~gpytorch_explain.PosteriorIntegratedGradients`.
     :param x: The end point, ``(D,)``.
     :return: The matplotlib Axes.
     """

@@ -39,9 +39,11 @@ from gpytorch.models import ApproximateGP
 from linear_operator import to_dense
 from torch import Tensor
 
-from .classification import _baselines, _kind, _link, _resolve_link
-from .derived import DerivedCovariance, generic_gauss_legendre
-from .functionals import Gradient
+from ._probability_links import _kind, _link, _resolve_link
+from ._quadrature import gauss_legendre
+from .classification import _baselines
+from .derived import DerivedCovariance
+from .functionals import GradientFunctional
 from .variational import VariationalConditioning, _check_points, variational_conditioning
 
 __all__ = [
@@ -101,10 +103,10 @@ def _node_joint(cond: VariationalConditioning, nodes: Tensor) -> tuple[Tensor, T
     ordered ``[f_1..f_N, ∂_1 f_1, ..., ∂_D f_1, ..., ∂_D f_N]``."""
     N, D = nodes.shape
     f_mean, f_cov = cond.latent(nodes)  # (*b, N), (*b, N, N)
-    post = cond.functional_posterior(Gradient(), nodes)
+    post = cond.functional_posterior(GradientFunctional(), nodes)
     g_mean = post.mean  # (*b, N, D)
     g_cov = to_dense(post.lazy_covariance_matrix)  # (*b, ND, ND)
-    derived = DerivedCovariance(cond.kernel, Gradient())
+    derived = DerivedCovariance(cond.kernel, GradientFunctional())
     Z, L, M = cond.inducing_points, cond.cholesky, cond.middle
     rows = derived.cross(nodes, Z)  # (*b, N, D, u)
     prior_cross = derived.cross(nodes, nodes)  # (*b, N, D, N): Cov_prior(∂_i f(n), f(n'))
@@ -269,7 +271,7 @@ def probability_ig_distribution(
             raise ValueError(f"path_order must be a positive int, got {path_order!r}.")
         b = _baselines(baseline, cond, x)
         k, D = b.size(0), x.size(1)
-        t, w = generic_gauss_legendre(int(path_order), x)
+        t, w = gauss_legendre(int(path_order), x)
         J = t.numel()
         out, probs, gaps = [], [], []
         for p in range(x.size(0)):

@@ -87,6 +87,7 @@ from torch import Tensor
 
 from ..errors import ModelStateError
 from ..utils import ensure_prediction_strategy
+from ._quadrature import chunk_slices
 from .derived import DEFAULT_ORDER
 from .functionals import Functional
 from .variational import VariationalConditioning
@@ -155,8 +156,8 @@ def _noise_diagonal(strategy) -> Tensor:
 
 
 def _train_rows(total: int, width: int) -> list[slice]:
-    step = max(1, TRAIN_CHUNK_ELEMENTS // max(width, 1))
-    return [slice(start, min(start + step, total)) for start in range(0, total, step)]
+    """Slices of training rows whose ``width``-wide blocks hold at most :data:`TRAIN_CHUNK_ELEMENTS` elements."""
+    return chunk_slices(total, width, TRAIN_CHUNK_ELEMENTS)
 
 
 def _compute_conditioning(model: ExactGP, strategy) -> VariationalConditioning:
@@ -256,12 +257,12 @@ def sgpr_functional_posterior(model: ExactGP, functional: Functional, x: Tensor,
 
     :param model: An ``ExactGP`` in eval mode with a Gaussian likelihood whose ``covar_module`` is an
         ``InducingPointKernel``.
-    :param functional: :class:`~gpytorch_explain.attribution.Gradient` or
-        :class:`~gpytorch_explain.attribution.IntegratedGradient`.
+    :param functional: :class:`~gpytorch_explain.attribution.GradientFunctional` or
+        :class:`~gpytorch_explain.attribution.IntegratedGradientFunctional`.
     :param x: Points ``(m, D)`` (or ``(*batch, m, D)``), already checked against the training inputs.
     :param order: Gauss–Legendre order for base kernels without closed forms.
     :return: An :class:`~gpytorch_explain.attribution.AttributionDistribution`, mean ``(*batch, m, D)``, lazy
-        interleaved covariance (the derived cross-covariances are ``m x D x M``, so nothing scales with ``n``).
+        interleaved covariance (the derived cross-covariances are ``m × D × M``, so nothing scales with ``n``).
     """
     cond = sgpr_conditioning(model)
     return cond.functional_posterior(functional, x.to(cond.inducing_points.device), order=order)

@@ -11,7 +11,7 @@ a GP whose mean and covariance are linear in the prior's. Any linear functional 
 (the gradient :math:`\partial_i`, integrated gradients :math:`\mathrm{IG}_i`) is therefore Gaussian under
 :math:`q` too. With :math:`\mathbf K_{\mathbf{UU}} + \epsilon\mathbf I = \mathbf L\mathbf L^\top` (the strategy's
 own jittered Cholesky factor) and :math:`\mathbf B = \operatorname{Cov}(\mathbf u, \mathcal L f(\mathbf x))`
-(``u x mD``, :meth:`DerivedCovariance.cross`):
+(``u × mD``, :meth:`DerivedCovariance.cross`):
 
 * ``VariationalStrategy`` (whitened, :math:`\mathbf u = \mathbf L\tilde{\mathbf u}`,
   :math:`q(\tilde{\mathbf u}) = \mathcal N(\mathbf m, \mathbf S)`):
@@ -70,8 +70,10 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from ..errors import ModelStateError
+from ._quadrature import point_chunks
+from .attribution_distribution import AttributionDistribution
 from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean
-from .functionals import Functional
+from .functionals import Functional, check_point_tensor
 
 __all__ = [
     "SUPPORTED_STRATEGIES",
@@ -240,11 +242,10 @@ class VariationalConditioning:
         Mean ``(*batch, m, D)``; covariance interleaved (row ``point * D + feature``), lazy.
         """
         from ..operators import AttributionPosteriorLinearOperator
-        from .posterior import AttributionDistribution, _point_chunks
 
         derived = DerivedCovariance(self.kernel, functional, order=order)
         Z = self.inducing_points
-        chunks = _point_chunks(x, Z, self._batch(x.shape[:-2]))
+        chunks = point_chunks(x, Z, self._batch(x.shape[:-2]))
         if len(chunks) <= 1:
             rows = derived.cross(x, Z)  # (*b, m, D, u)
             batch = self._batch(rows.shape[:-3], x.shape[:-2])
@@ -412,12 +413,7 @@ def variational_conditioning(model: ApproximateGP):
 
 # --------------------------------------------------------------------------- the posterior
 def _check_points(x, Z: Tensor) -> Tensor:
-    if not torch.is_tensor(x):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}.")
-    if x.dim() < 2:
-        raise ValueError(f"x must be (m, D) (or batched (..., m, D)), got shape {tuple(x.shape)}.")
-    if not x.is_floating_point():
-        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}.")
+    check_point_tensor(x)
     D = Z.size(-1)
     if x.size(-1) != D:
         raise ValueError(f"x has {x.size(-1)} columns but the model's inducing points have D = {D}.")
@@ -437,8 +433,8 @@ def variational_functional_posterior(
         (or ``LargeBatchVariationalStrategy``), an ``UnwhitenedVariationalStrategy``, or an
         ``IndependentMultitaskVariationalStrategy`` around one of them, and whose prior is
         ``MultivariateNormal(mean_module(x), covar_module(x))``.
-    :param functional: :class:`~gpytorch_explain.attribution.Gradient` or
-        :class:`~gpytorch_explain.attribution.IntegratedGradient`.
+    :param functional: :class:`~gpytorch_explain.attribution.GradientFunctional` or
+        :class:`~gpytorch_explain.attribution.IntegratedGradientFunctional`.
     :param x: Points ``(m, D)`` (or ``(*batch, m, D)``), the inducing points' dtype.
     :param order: Gauss–Legendre order for kernels without closed forms.
     :return: An :class:`~gpytorch_explain.attribution.AttributionDistribution` with mean ``(*batch, m, D)`` and a

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from gpytorch.utils.warnings import GPInputWarning
 
-from ..attribution import IntegratedGradients as PosteriorIG  # to become PosteriorIntegratedGradients
+from ..attribution import PosteriorIntegratedGradients as PosteriorIG
 from .dataio import NAN_POLICIES, CLIError, atomic_output, check_input_file, handle_nan, read_csv
 from .modelfile import build_model, load_payload
 
@@ -124,7 +124,7 @@ def explain_rows(payload: dict, model, x_raw: np.ndarray, z_raw: np.ndarray | No
     y_mean, y_std = float(payload["y_mean"]), float(payload["y_std"])
     x = (as_tensor(x_raw) - payload["x_mean"]) / payload["x_std"]
     z = None if z_raw is None else (as_tensor(z_raw) - payload["z_mean"]) / payload["z_std"]
-    # GPR: the baseline is the training mean of the (standardised) inputs, IntegratedGradients' default
+    # GPR: the baseline is the training mean of the (standardised) inputs, PosteriorIntegratedGradients' default
     attribution = PosteriorIG(model) if payload["kind"] == "gpr" else None
     parts: dict[str, list[np.ndarray]] = {key: [] for key in _KEYS}
     for start in range(0, x.size(0), CHUNK):

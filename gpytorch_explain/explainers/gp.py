@@ -7,7 +7,7 @@ import torch
 from gpytorch.kernels import Kernel, ScaleKernel
 from torch import Tensor
 
-from ..attribution import IntegratedGradients, PosteriorGradient
+from ..attribution import PosteriorGradient, PosteriorIntegratedGradients
 from ..attribution.kl_relevance import kl_relevance
 from .base import Explainer, ExplainerOutput
 
@@ -39,7 +39,7 @@ class GPXExplainer(Explainer):
 
 
 class IGExplainer(Explainer):
-    r"""Integrated gradients of a GP posterior, exactly (:class:`~gpytorch_explain.IntegratedGradients`):
+    r"""Integrated gradients of a GP posterior, exactly (:class:`~gpytorch_explain.PosteriorIntegratedGradients`):
     contributions :math:`\mathbb E[\mathrm{IG}(\mathbf x)]` with their posterior std; weights
     :math:`\mathbb E[\mathrm{IG}_j]/(x_j - b_j)`, the path-averaged gradient (0 where :math:`x_j = b_j`).
     Contributions add up to :math:`f(\mathbf x) - \bar f(\mathbf b)`.
@@ -49,7 +49,7 @@ class IGExplainer(Explainer):
 
     def __init__(self, model, baseline: Tensor | None = None):
         self.model = model
-        self.ig = IntegratedGradients(model, baseline)
+        self.ig = PosteriorIntegratedGradients(model, baseline)
 
     def explain(self, x: Tensor) -> ExplainerOutput:
         post = self.ig(x)

@@ -6,7 +6,7 @@ BO-LIME (Saini & Prasad): the black box :math:`f` is sampled in the box
 per-feature std of the training data) at points chosen by an acquisition function, an ARD GP surrogate
 is refitted as samples arrive, and :math:`1/\ell_i` is the relevance of feature ``i``. On top of the paper,
 the surrogate's exact gradient and integrated-gradient posteriors
-(:class:`~gpytorch_explain.PosteriorGradient`, :class:`~gpytorch_explain.IntegratedGradients`) give signed
+(:class:`~gpytorch_explain.PosteriorGradient`, :class:`~gpytorch_explain.PosteriorIntegratedGradients`) give signed
 attributions with a standard deviation, and the ``"gradient"`` acquisition samples where the gradient at
 ``x`` is most uncertain.
 
@@ -39,7 +39,7 @@ import torch
 from botorch.optim import optimize_acqf, optimize_acqf_mixed
 from botorch.utils.sampling import draw_sobol_samples
 
-from ..attribution import IntegratedGradients, PosteriorGradient
+from ..attribution import PosteriorGradient, PosteriorIntegratedGradients
 from .acquisition import ACQUISITIONS, make_acquisition
 from .blackbox import BlackBox
 from .result import LocalExplanation, _to_numpy
@@ -379,7 +379,7 @@ class LocalGPExplainer:
         else:
             b = self._check_x(baseline).copy()
         b[np.setdiff1d(np.arange(D), act)] = x[np.setdiff1d(np.arange(D), act)]
-        ig = IntegratedGradients(model, baseline=self._to_u(b[None, :], x, scale)[0])(u0)
+        ig = PosteriorIntegratedGradients(model, baseline=self._to_u(b[None, :], x, scale)[0])(u0)
         ig_mean = np.zeros(D)
         ig_std = np.zeros(D)
         ig_mean[act] = _to_numpy(ig.mean[0]) * ys  # IG is invariant to input rescaling

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-r"""Derived kernels as GPyTorch ``Kernel`` objects: covariances of gradients and integrated gradients."""
+r"""Derived kernels as GPyTorch ``Kernel`` objects: the covariance of a linear functional of a GP."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from .derived import DEFAULT_ORDER, DerivedCovariance
-from .functionals import Gradient, IntegratedGradient
+from ..attribution.derived import DEFAULT_ORDER, DerivedCovariance
 
-__all__ = ["DerivedKernel", "GradientKernel", "IntegratedGradientKernel"]
+__all__ = ["DerivedKernel"]
 
 
 class DerivedKernel(Kernel):
@@ -27,13 +26,13 @@ class DerivedKernel(Kernel):
     The base kernel's hyperparameters are shared (it is a submodule).
 
     :param base_kernel: :math:`k`.
-    :param functional: :class:`~gpytorch_explain.attribution.Gradient` or
-        :class:`~gpytorch_explain.attribution.IntegratedGradient`.
+    :param functional: :class:`~gpytorch_explain.attribution.GradientFunctional` or
+        :class:`~gpytorch_explain.attribution.IntegratedGradientFunctional`.
     :param order: Gauss–Legendre order for kernels without closed forms.
 
     Example:
         >>> import torch, gpytorch
-        >>> from gpytorch_explain.attribution import GradientKernel
+        >>> from gpytorch_explain.kernels import GradientKernel
         >>> k = GradientKernel(gpytorch.kernels.RBFKernel())
         >>> x = torch.randn(4, 3, dtype=torch.float64)
         >>> k(x).to_dense().shape  # 4 points x 3 gradient components
@@ -73,17 +72,3 @@ class DerivedKernel(Kernel):
         r""":math:`\operatorname{Cov}(\mathcal L_i f(\mathbf x_p), f(\mathbf X_j))` as an ``(m·D) x n`` matrix."""
         cross = self._derived().cross(x, X)
         return cross.reshape(*cross.shape[:-3], -1, cross.size(-1))
-
-
-class GradientKernel(DerivedKernel):
-    r"""Covariance of the gradient: :math:`\partial_i \partial'_j k(\mathbf x, \mathbf x')`."""
-
-    def __init__(self, base_kernel: Kernel, order: int = DEFAULT_ORDER, **kwargs):
-        super().__init__(base_kernel, Gradient(), order=order, **kwargs)
-
-
-class IntegratedGradientKernel(DerivedKernel):
-    r"""Covariance of integrated-gradient attributions with baselines ``(k, D)`` (or ``(D,)``)."""
-
-    def __init__(self, base_kernel: Kernel, baselines: Tensor, order: int = DEFAULT_ORDER, **kwargs):
-        super().__init__(base_kernel, IntegratedGradient(baselines), order=order, **kwargs)
