@@ -7,7 +7,8 @@ The reference is dense and independent of the derived-covariance code: for :math
 .. math::
 
     \\operatorname{Cov}(\\partial_i f(\\mathbf x), f(\\mathbf x')) = -k\\,(x_i - x'_i), \\qquad
-    \\operatorname{Cov}(\\partial_i f(\\mathbf x), \\partial_j f(\\mathbf x')) = k\\,(\\delta_{ij} - (x_i - x'_i)(x_j - x'_j)),
+    \\operatorname{Cov}(\\partial_i f(\\mathbf x), \\partial_j f(\\mathbf x'))
+    = k\\,(\\delta_{ij} - (x_i - x'_i)(x_j - x'_j)),
 
 and :math:`\\boldsymbol\\Sigma = \\mathbf P - \\mathbf B^\\top \\mathbf C^{-1} \\mathbf B` is formed densely.
 """
