@@ -10,11 +10,6 @@ found them. A user who imported BoTorch first keeps BoTorch's defaults (they are
 
 Use :func:`is_botorch_model` to ask whether a model is a BoTorch model: it does not import BoTorch (a model
 cannot be a BoTorch model unless BoTorch was imported already).
-
-**Names that not every supported GPyTorch has** (``setup.cfg`` claims ``gpytorch>=1.13``; ``scripts/test_oldest.sh``
-runs the suite on that stack) are imported here, with a stand-in where they are missing:
-
-* ``LargeBatchVariationalStrategy`` (GPyTorch 1.15): ``None`` before; no model can use it there.
 """
 
 from __future__ import annotations
@@ -25,12 +20,7 @@ from types import ModuleType
 import gpytorch.settings as _gp_settings
 import linear_operator.settings as _linop_settings
 
-__all__ = ["LargeBatchVariationalStrategy", "import_botorch", "is_botorch_model"]
-
-try:  # GPyTorch >= 1.15
-    from gpytorch.variational import LargeBatchVariationalStrategy
-except ImportError:  # pragma: no cover - GPyTorch 1.13 / 1.14
-    LargeBatchVariationalStrategy = None
+__all__ = ["import_botorch", "is_botorch_model"]
 
 #: (settings module, class name, attribute) of every global that ``import botorch`` assigns
 _BOTORCH_GLOBALS = (

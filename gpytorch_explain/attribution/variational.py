@@ -60,6 +60,7 @@ from gpytorch.models import ApproximateGP
 from gpytorch.settings import _linalg_dtype_cholesky
 from gpytorch.variational import (
     IndependentMultitaskVariationalStrategy,
+    LargeBatchVariationalStrategy,
     LMCVariationalStrategy,
     UnwhitenedVariationalStrategy,
     VariationalStrategy,
@@ -68,7 +69,6 @@ from linear_operator import to_dense
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
-from .._compat import LargeBatchVariationalStrategy
 from ..errors import ModelStateError
 from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean
 from .functionals import Functional
@@ -83,7 +83,7 @@ __all__ = [
 ]
 
 #: strategies whose q(u) lives in whitened coordinates (same eval-mode predictive as ``VariationalStrategy``)
-_WHITENED: tuple[type, ...] = tuple(s for s in (VariationalStrategy, LargeBatchVariationalStrategy) if s is not None)
+_WHITENED: tuple[type, ...] = (VariationalStrategy, LargeBatchVariationalStrategy)
 #: strategies whose q(u) is over the inducing values themselves
 _UNWHITENED: tuple[type, ...] = (UnwhitenedVariationalStrategy,)
 #: wrappers turning a batch of independent latent GPs into tasks (``MultitaskVariationalStrategy`` is its
