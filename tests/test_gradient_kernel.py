@@ -26,6 +26,9 @@ class TestGradientKernel(BaseKernelTestCase, unittest.TestCase):
         super().tearDown()
         torch.set_default_dtype(self._default_dtype)
 
+    def create_data_double_batch(self):
+        return torch.randn(3, 2, 12, 2)  # 12 points per batch (the battery's 50 make 6 kernel matrices of 100 x 100)
+
     def create_data_no_batch(self):
         return torch.randn(12, 10)  # only the active_dims cases use it; 12 points keep their 48 x 48 matrices small
 
