@@ -104,6 +104,17 @@ class PartitionedKernel(Kernel):
         self.base_kernel = base_kernel
 
     @property
+    def batch_shape(self) -> torch.Size:
+        """The base kernel's: the wrapper has no hyperparameters, and ``kernel[i]`` / ``expand_batch`` (which update a
+        kernel's batch shape from its own parameters only) act on the base kernel."""
+        base = self._modules.get("base_kernel")
+        return self._batch_shape if base is None else base.batch_shape
+
+    @batch_shape.setter
+    def batch_shape(self, value: torch.Size) -> None:
+        self._batch_shape = torch.Size(value)
+
+    @property
     def is_stationary(self) -> bool:
         return self.base_kernel.is_stationary
 

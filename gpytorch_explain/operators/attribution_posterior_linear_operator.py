@@ -201,4 +201,16 @@ class AttributionPosteriorLinearOperator(BlockPosteriorLinearOperator):
         return joint.reshape(*joint.shape[:-4], md, md)
 
     def _transpose_nonbatch(self) -> LinearOperator:
-        return self
+        if self.middle is None:
+            return self
+        # symmetric by construction; the middle matrix is transposed so that gradients with respect to a
+        # (numerically) non-symmetric middle tensor are those of the dense matrix
+        return self.__class__(
+            self.x,
+            self.train_inputs if self.lazy_rows else self.rows,
+            self.factor,
+            factor_type=self.factor_type,
+            derived=self.derived,
+            middle=self.middle.mT,
+            lazy_rows=self.lazy_rows,
+        )

@@ -118,7 +118,10 @@ class BlockPosteriorLinearOperator(LinearOperator):
             if self.middle is not None:
                 v = torch.linalg.solve_triangular(self.factor, rhs, upper=False)
                 return torch.linalg.solve_triangular(self.factor.mT, self.middle @ v, upper=True)
-            return torch.cholesky_solve(rhs, self.factor, upper=False)
+            # two triangular solves rather than cholesky_solve: the same (lower-triangular) gradient with respect to
+            # the factor as the point blocks and to_dense(), which use L⁻¹B
+            v = torch.linalg.solve_triangular(self.factor, rhs, upper=False)
+            return torch.linalg.solve_triangular(self.factor.mT, v, upper=True)
         if self.factor_type == "solve":
             tol = derived_solve_tolerance(self.dtype)
             with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(cg_iterations(rhs.size(-2))):

@@ -21,7 +21,8 @@ class FeatureScaledLinearOperator(LinearOperator):
     weights of the raw features when the kernel works with rescaled ones (``standardize_x``/``standardize_y``).
 
     :param base: :math:`\boldsymbol\Sigma`, ``(*batch, m d, m d)``; its ``point_blocks()`` is used when present.
-    :param scale: :math:`\mathbf c`, ``(d,)``.
+    :param scale: :math:`\mathbf c`, ``(d,)`` or ``(*batch, d)``; it is stored expanded to the batch shape of
+        ``base``, so that batch indexing, permutation and expansion act on both alike.
 
     Example:
         >>> import torch
@@ -36,24 +37,32 @@ class FeatureScaledLinearOperator(LinearOperator):
     """
 
     def __init__(self, base: LinearOperator, scale: Tensor):
-        if base.size(-1) % scale.numel() != 0:
-            raise ValueError(f"Covariance of size {base.size(-1)} is not a multiple of d = {scale.numel()}.")
+        d = scale.size(-1) if scale.dim() else 0
+        if d == 0 or base.size(-1) % d != 0:
+            raise ValueError(f"Covariance of size {base.size(-1)} is not a multiple of d = {d}.")
+        batch_shape = torch.broadcast_shapes(base.batch_shape, scale.shape[:-1])
+        if base.batch_shape != batch_shape:
+            base = base.expand(*batch_shape, *base.matrix_shape)
+        if scale.shape[:-1] != batch_shape:
+            scale = scale.expand(*batch_shape, d)
         super().__init__(base, scale)
         self.base = base
         self.scale = scale
 
     @property
     def num_features(self) -> int:
-        return self.scale.numel()
+        return self.scale.size(-1)
 
     def _full_scale(self) -> Tensor:
-        return self.scale.repeat(self.base.size(-1) // self.num_features)
+        r""":math:`\mathbf 1_m \otimes \mathbf c`, ``(*batch, m d)``."""
+        m = self.base.size(-1) // self.num_features
+        return self.scale.repeat(*[1] * (self.scale.dim() - 1), m)
 
     def _size(self) -> torch.Size:
         return self.base.shape
 
     def _transpose_nonbatch(self) -> LinearOperator:
-        return self
+        return self.__class__(self.base._transpose_nonbatch(), self.scale)
 
     def _matmul(self, rhs: Tensor) -> Tensor:
         s = self._full_scale()
@@ -62,7 +71,10 @@ class FeatureScaledLinearOperator(LinearOperator):
         return s.unsqueeze(-1) * self.base._matmul(s.unsqueeze(-1) * rhs)
 
     def _t_matmul(self, rhs: Tensor) -> Tensor:
-        return self._matmul(rhs)
+        s = self._full_scale()
+        if rhs.dim() == 1:
+            return s * self.base._t_matmul((s * rhs).unsqueeze(-1)).squeeze(-1)
+        return s.unsqueeze(-1) * self.base._t_matmul(s.unsqueeze(-1) * rhs)
 
     def _diagonal(self) -> Tensor:
         return self.base._diagonal() * self._full_scale().pow(2)
@@ -80,8 +92,9 @@ class FeatureScaledLinearOperator(LinearOperator):
             m = dense.size(-1) // d
             blocks = dense.reshape(*dense.shape[:-2], m, d, m, d)
             blocks = torch.diagonal(blocks, dim1=-4, dim2=-2).movedim(-1, -3)
-        return self.scale.unsqueeze(-1) * blocks * self.scale
+        c = self.scale.unsqueeze(-2)  # (*batch, 1, d): broadcast over the points
+        return c.unsqueeze(-1) * blocks * c.unsqueeze(-2)
 
     def to_dense(self) -> Tensor:
         s = self._full_scale()
-        return s.unsqueeze(-1) * self.base.to_dense() * s
+        return s.unsqueeze(-1) * self.base.to_dense() * s.unsqueeze(-2)

@@ -75,7 +75,11 @@ class InducingWeightPosteriorLinearOperator(LinearOperator):
         return torch.Size((*self.test_features.shape[:-2], md, md))
 
     def _transpose_nonbatch(self) -> LinearOperator:
-        return self
+        # Hᵀ H is symmetric by construction; the prior is transposed so that gradients with respect to a
+        # (numerically) non-symmetric prior tensor are those of the dense matrix
+        return self.__class__(
+            self.prior_covar._transpose_nonbatch(), self.test_features, self.capacitance_cholesky, self.num_features
+        )
 
     # ------------------------------------------------------------------ E and H
     def _e_columns(self, points: slice) -> Tensor:
@@ -84,7 +88,7 @@ class InducingWeightPosteriorLinearOperator(LinearOperator):
         d = self.num_features
         eye = torch.eye(d, dtype=phi.dtype, device=phi.device)
         # E[(l', j), (p, l)] = δ_{l l'} φ_p[j]
-        cols = eye[:, None, None, :] * phi.mT[None, :, :, None]  # (d, M, P, d)
+        cols = eye[:, None, None, :] * phi.mT[..., None, :, :, None]  # (*batch, d, M, P, d)
         return cols.reshape(*phi.shape[:-2], d * phi.size(-1), phi.size(-2) * d)
 
     @cached(name="capacitance_cholesky_inverse")
@@ -135,14 +139,15 @@ class InducingWeightPosteriorLinearOperator(LinearOperator):
         r""":math:`\mathbf E\mathbf v`, ``(*batch, md, t)`` → ``(*batch, dM, t)``."""
         m, d, t = self.num_points, self.num_features, rhs.size(-1)
         v = rhs.reshape(*rhs.shape[:-2], m, d, t).transpose(-3, -2)  # (d, m, t)
-        return (self.test_features.mT.unsqueeze(-3) @ v).reshape(*rhs.shape[:-2], -1, t)
+        res = self.test_features.mT.unsqueeze(-3) @ v  # (*batch, d, M, t): the batch of both
+        return res.reshape(*res.shape[:-3], -1, t)
 
     def _et_matmul(self, rhs: Tensor) -> Tensor:
         r""":math:`\mathbf E^\top\mathbf u`, ``(*batch, dM, t)`` → ``(*batch, md, t)``."""
         d, t = self.num_features, rhs.size(-1)
         u = rhs.reshape(*rhs.shape[:-2], d, self.test_features.size(-1), t)
-        res = self.test_features.unsqueeze(-3) @ u  # (d, m, t)
-        return res.transpose(-3, -2).reshape(*rhs.shape[:-2], -1, t)
+        res = self.test_features.unsqueeze(-3) @ u  # (*batch, d, m, t)
+        return res.transpose(-3, -2).reshape(*res.shape[:-3], -1, t)
 
     # ------------------------------------------------------------------ blocks
     @cached(name="posterior_point_blocks")
@@ -170,9 +175,13 @@ class InducingWeightPosteriorLinearOperator(LinearOperator):
         if is_vector:
             rhs = rhs.unsqueeze(-1)
         m, d, t = self.num_points, self.num_features, rhs.size(-1)
-        prior = self.prior_covar._matmul(rhs.reshape(*rhs.shape[:-2], m, d * t)).reshape(*rhs.shape[:-2], m * d, t)
+        prior = self.prior_covar._matmul(rhs.reshape(*rhs.shape[:-2], m, d * t))
+        prior = prior.reshape(*prior.shape[:-2], m * d, t)  # the batch of the prior and of rhs
         chol = self.capacitance_cholesky
-        inner = torch.cholesky_solve(self._e_matmul(rhs), chol, upper=False)
+        # (L Lᵀ)⁻¹ E v by two triangular solves rather than cholesky_solve: the same gradient with respect to the
+        # factor (lower-triangular) as point_blocks() and to_dense(), which use L⁻¹
+        inner = torch.linalg.solve_triangular(chol, self._e_matmul(rhs), upper=False)
+        inner = torch.linalg.solve_triangular(chol.mT, inner, upper=True)
         res = prior + self._et_matmul(inner)
         return res.squeeze(-1) if is_vector else res
 

@@ -70,6 +70,13 @@ class WeightPosteriorLinearOperator(BlockPosteriorLinearOperator):
         self.train_z = train_z
         self._init_factor(factor, factor_type)
 
+    def _transpose_nonbatch(self) -> LinearOperator:
+        # the reduction Bᵀ C⁻¹ B is symmetric by construction; the prior is transposed so that gradients with respect
+        # to a (numerically) non-symmetric prior tensor are those of the dense matrix
+        return self.__class__(
+            self.prior_covar._transpose_nonbatch(), self.cross_covar, self.train_z, self.factor, self.factor_type
+        )
+
     @property
     def num_points(self) -> int:
         return self.cross_covar.size(-2)

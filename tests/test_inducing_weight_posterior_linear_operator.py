@@ -1,0 +1,94 @@
+"""linear_operator's standard battery for InducingWeightPosteriorLinearOperator, in float64.
+
+The reference is formed densely and independently of the operator's column blocks: the interleaved
+:math:`\\mathbf E = \\mathbf I_d \\otimes \\boldsymbol\\Phi_*^\\top` is built as a Kronecker product with its columns
+permuted from feature-major to point-major order, :math:`\\mathbf H = \\mathbf L^{-1}\\mathbf E` by a triangular
+solve, and :math:`\\boldsymbol\\Sigma = \\mathbf P\\otimes\\mathbf I_d + \\mathbf H^\\top\\mathbf H`.
+"""
+
+import unittest
+
+import torch
+from linear_operator.operators import DenseLinearOperator
+from linear_operator.test.linear_operator_test_case import LinearOperatorTestCase
+
+import gpytorch_explain.operators.inducing_weight_posterior_linear_operator as module
+from gpytorch_explain.operators import InducingWeightPosteriorLinearOperator
+
+M_POINTS, M_IND, D = 3, 2, 2  # m test points, M inducing features, d explanation features: an md = 6 operator
+
+
+def _parts(*batch, seed=0, m=M_POINTS, m_ind=M_IND, d=D):
+    """P (diagonal 1, eigenvalues >= 1/2), Φ* (small, so that the Hᵀ H term stays below 1) and L of I + A."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(*batch, m, 2, generator=gen, dtype=torch.float64)
+    prior = 0.5 * torch.exp(-0.5 * torch.cdist(x, x).pow(2)) + 0.5 * torch.eye(m, dtype=torch.float64)
+    phi = 0.4 * torch.randn(*batch, m, m_ind, generator=gen, dtype=torch.float64)
+    a = torch.randn(*batch, d * m_ind, d * m_ind, generator=gen, dtype=torch.float64)
+    capacitance = torch.eye(d * m_ind, dtype=torch.float64) + a @ a.mT / (d * m_ind)
+    return prior, phi, torch.linalg.cholesky(capacitance)
+
+
+def _dense(prior, phi, chol, d):
+    m, m_ind = phi.shape[-2:]
+    e = torch.kron(torch.eye(d, dtype=phi.dtype), phi.mT.contiguous())  # (dM, d·m), column l·m + p
+    order = torch.arange(d * m).view(d, m).mT.reshape(-1)  # point-major column p·d + l <- l·m + p
+    e = e[..., order]
+    h = torch.linalg.solve_triangular(chol, e, upper=False)
+    return torch.kron(prior, torch.eye(d, dtype=prior.dtype)) + h.mT @ h
+
+
+class TestInducingWeightPosteriorLinearOperator(LinearOperatorTestCase, unittest.TestCase):
+    seed = 0
+    should_test_sample = True
+
+    def setUp(self):
+        # the battery draws its right-hand sides in the default dtype
+        self._default_dtype = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        super().setUp()
+
+    def tearDown(self):
+        super().tearDown()
+        torch.set_default_dtype(self._default_dtype)
+
+    def create_linear_op(self):
+        prior, phi, chol = _parts(seed=self.seed)
+        return InducingWeightPosteriorLinearOperator(
+            DenseLinearOperator(prior.requires_grad_(True)), phi.requires_grad_(True), chol.requires_grad_(True), D
+        )
+
+    def evaluate_linear_op(self, linear_op):
+        return _dense(
+            linear_op.prior_covar.to_dense(), linear_op.test_features, linear_op.capacitance_cholesky, D
+        )
+
+    def test_point_blocks_on_both_routes(self):
+        """The per-point blocks by column blocks of L⁻¹ (many points) and by triangular solves (few), in chunks."""
+        op = self.create_linear_op()
+        dense = self.evaluate_linear_op(op).detach()
+        m = dense.size(-1) // D
+        expected = torch.stack([dense[..., p * D : (p + 1) * D, p * D : (p + 1) * D] for p in range(m)], dim=-3)
+        for solve_route in (False, True):
+            for chunk in (module._CHUNK_ELEMENTS, D * D * M_IND):  # one chunk; one point per chunk
+                fresh = self.create_linear_op()
+                with unittest.mock.patch.object(module, "_CHUNK_ELEMENTS", chunk), unittest.mock.patch.object(
+                    InducingWeightPosteriorLinearOperator, "_solve_route", lambda self, r=solve_route: r
+                ):
+                    torch.testing.assert_close(fresh.point_blocks().detach(), expected, rtol=1e-12, atol=1e-12)
+                    torch.testing.assert_close(fresh.to_dense().detach(), dense, rtol=1e-12, atol=1e-12)
+
+    def test_rejects_inconsistent_shapes(self):
+        prior, phi, chol = _parts()
+        with self.assertRaisesRegex(ValueError, "Inconsistent shapes"):
+            InducingWeightPosteriorLinearOperator(prior, phi, chol, D + 1)
+
+
+class TestInducingWeightPosteriorLinearOperatorBatch(TestInducingWeightPosteriorLinearOperator):
+    seed = 1
+
+    def create_linear_op(self):
+        prior, phi, chol = _parts(3, seed=self.seed)
+        return InducingWeightPosteriorLinearOperator(
+            DenseLinearOperator(prior.requires_grad_(True)), phi.requires_grad_(True), chol.requires_grad_(True), D
+        )
