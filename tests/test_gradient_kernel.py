@@ -44,21 +44,3 @@ class TestGradientKernel(BaseKernelTestCase, unittest.TestCase):
         assert kernel(x).shape == torch.Size([12, 12])
         assert kernel.num_outputs_per_input(x, x) == 3
 
-    # Kernel.__getitem__ sets a kernel's batch_shape from its *own* parameters; a DerivedKernel has none (its
-    # hyperparameters are the base kernel's), so kernel[i] keeps the old batch_shape while its base kernel loses it.
-    _GETITEM = (
-        "DerivedKernel.__getitem__ keeps batch_shape: GPyTorch updates it from the kernel's own parameters only; "
-        "fix: a batch_shape property delegating to base_kernel (attribution/kernels.py is being moved this round)"
-    )
-
-    @unittest.expectedFailure  # (a wrapper: marking the inherited function itself would mark it for every kernel)
-    def test_kernel_getitem_single_batch(self):
-        super().test_kernel_getitem_single_batch()
-
-    @unittest.expectedFailure
-    def test_kernel_getitem_double_batch(self):
-        super().test_kernel_getitem_double_batch()
-
-    @unittest.expectedFailure
-    def test_kernel_getitem_broadcast(self):
-        super().test_kernel_getitem_broadcast()

@@ -63,21 +63,3 @@ class TestIntegratedGradientKernel(BaseKernelTestCase, unittest.TestCase):
     def test_active_dims_range(self):
         self._check_active_dims(list(range(3, 9)))
 
-    # Kernel.__getitem__ sets a kernel's batch_shape from its *own* parameters; a DerivedKernel has none (its
-    # hyperparameters are the base kernel's), so kernel[i] keeps the old batch_shape while its base kernel loses it.
-    _GETITEM = (
-        "DerivedKernel.__getitem__ keeps batch_shape: GPyTorch updates it from the kernel's own parameters only; "
-        "fix: a batch_shape property delegating to base_kernel (attribution/kernels.py is being moved this round)"
-    )
-
-    @unittest.expectedFailure  # (a wrapper: marking the inherited function itself would mark it for every kernel)
-    def test_kernel_getitem_single_batch(self):
-        super().test_kernel_getitem_single_batch()
-
-    @unittest.expectedFailure
-    def test_kernel_getitem_double_batch(self):
-        super().test_kernel_getitem_double_batch()
-
-    @unittest.expectedFailure
-    def test_kernel_getitem_broadcast(self):
-        super().test_kernel_getitem_broadcast()

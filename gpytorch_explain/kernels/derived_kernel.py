@@ -47,6 +47,17 @@ class DerivedKernel(Kernel):
         self.functional = functional
         self.order = int(order)
 
+    @property
+    def batch_shape(self) -> torch.Size:
+        """The base kernel's: a derived kernel has no hyperparameters of its own, and ``kernel[i]`` /
+        ``expand_batch`` (which update a kernel's batch shape from its own parameters only) act on the base kernel."""
+        base = self._modules.get("base_kernel")
+        return self._batch_shape if base is None else base.batch_shape
+
+    @batch_shape.setter
+    def batch_shape(self, value: torch.Size) -> None:
+        self._batch_shape = torch.Size(value)
+
     def _derived(self) -> DerivedCovariance:
         return DerivedCovariance(self.base_kernel, self.functional, order=self.order)
 
