@@ -50,15 +50,9 @@ class TestGPXKernel(BaseKernelTestCase, unittest.TestCase):
         expected = self.create_kernel_no_ard(num_dims=len(dims))(x[:, dims]).evaluate_kernel().to_dense()
         self.assertAllClose(res, expected, rtol=1e-3, atol=1e-5)
 
-    # GPXKernel overrides Kernel.__call__, so Kernel.__call__'s active_dims slicing never runs: the kernel sees all
-    # 10 columns and rejects them. Expected to pass once the dispatch moves into forward (issue 16, item 3).
-    _ACTIVE_DIMS = "GPXKernel.__call__ overrides Kernel.__call__ and skips its active_dims slicing"
-
-    @unittest.expectedFailure
     def test_active_dims_list(self):
         self._check_active_dims([0, 2, 4, 6])
 
-    @unittest.expectedFailure
     def test_active_dims_range(self):
         self._check_active_dims(list(range(3, 9)))
 

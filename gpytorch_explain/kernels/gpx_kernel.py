@@ -230,9 +230,12 @@ class GPXKernel(Kernel):
         """
         if last_dim_is_batch:
             raise NotImplementedError("GPXKernel does not support last_dim_is_batch.")
+        same = x2 is None or x2 is x1
+        if self.active_dims is not None:  # Kernel.__call__'s column selection, which this override replaces
+            x1 = x1.index_select(-1, self.active_dims)
+            x2 = None if same else x2.index_select(-1, self.active_dims)
         if x1.dim() == 1:
             x1 = x1.unsqueeze(-1)
-        same = x2 is None or x2 is x1
         if x2 is None:
             x2 = x1
         elif x2.dim() == 1:
