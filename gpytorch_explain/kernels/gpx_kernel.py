@@ -226,7 +226,7 @@ class GPXKernel(Kernel):
         weight-noise diagonal belongs to the sample index, which a sliced input no longer carries; evaluated here,
         the joint operator is sliced by index instead (the sample-diagonal operator keeps diagonal blocks and drops
         off-diagonal ones). "Same samples" is ``x2 is None`` or the same tensor: ``kernel(X, X.clone())`` is a
-        cross-covariance (see ``tests/test_gpx_kernel.py``). :meth:`forward` is the dense entry point.
+        cross-covariance (see ``tests/kernels/test_gpx_kernel.py``). :meth:`forward` is the dense entry point.
         """
         if last_dim_is_batch:
             raise NotImplementedError("GPXKernel does not support last_dim_is_batch.")

@@ -529,7 +529,7 @@ class GPXModel(gpytorch.models.ExactGP):
         ``num_outputs``, ``batch_shape``): the joint posterior of :math:`f` (or :math:`y`) at each ``q``-batch of
         ``X``, a ``botorch.posteriors.GPyTorchPosterior``; see
         :func:`~gpytorch_explain.models.gpx_botorch.gpx_posterior`. (No doctest here: importing BoTorch changes
-        GPyTorch's global defaults for the rest of a test session; ``tests/test_gpx_botorch.py`` restores them.)
+        GPyTorch's global defaults for the rest of a test session; ``tests/models/test_gpx_botorch.py`` restores them.)
 
         Usage::
 

@@ -26,7 +26,7 @@ from gpytorch_explain.cli import dataio, explain, main, modelfile
 from gpytorch_explain.cli.dataio import CLIError, Table, atomic_output, handle_nan, read_csv, split_names
 from gpytorch_explain.cli.modelfile import StandardGPR, standardise
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 N, FEATURES = 60, ["a", "b", "c"]
 
 

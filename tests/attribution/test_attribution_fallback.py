@@ -23,6 +23,7 @@ from scipy import integrate
 from gpytorch_explain import PosteriorGradient, PosteriorIntegratedGradients
 from gpytorch_explain.attribution.adaptive import AutogradFallbackWarning
 from gpytorch_explain.errors import KernelNotDifferentiableError
+from tests.helpers import assert_close_to_scale as _close
 
 DTYPE = torch.float64
 
@@ -96,10 +97,6 @@ def autograd_gradient_mean(mean_fn, x):
     return g
 
 
-def _close(a, b, rtol, what):
-    err = (a - b).abs().max().item()
-    scale = b.abs().max().item()
-    assert err <= rtol * scale, f"{what}: max error {err:.3g} vs scale {scale:.3g}"
 
 
 @pytest.mark.parametrize("base", ["rbf", "matern52"])

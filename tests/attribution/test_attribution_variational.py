@@ -40,6 +40,7 @@ from gpytorch_explain.attribution.variational import (
     variational_functional_posterior,
     variational_inducing_points,
 )
+from tests.helpers import assert_rel_close as _rel_close
 
 DTYPE = torch.float64
 D = 3
@@ -186,10 +187,6 @@ def _predictive(model, pts, task=None):
     return mean, cov - _jitter(model) * torch.eye(cov.size(-1), dtype=DTYPE)
 
 
-def _rel_close(a, b, rtol, what=""):
-    scale = b.abs().max().clamp_min(1e-300)
-    err = (a - b).abs().max() / scale
-    assert err <= rtol, f"{what}: relative error {err:.3e} > {rtol:.1e}"
 
 
 def _fd_gradient(model, xs, h=1e-4, task=None):
@@ -435,7 +432,7 @@ class MyStrategy(VariationalStrategy):
 
 
 class CiqModel(gpytorch.models.ApproximateGP):
-    """A strategy without attribution GPs (LMC models are supported: tests/test_attribution_lmc.py)."""
+    """A strategy without attribution GPs (LMC models are supported: tests/attribution/test_attribution_lmc.py)."""
 
     def __init__(self):
         Z = torch.rand(5, D, dtype=DTYPE)

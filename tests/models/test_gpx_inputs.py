@@ -8,6 +8,7 @@ import torch
 
 import gpytorch_explain
 from gpytorch_explain import GPXKernel, GPXModel
+from tests.helpers import generator as _gen
 
 # State errors (train mode, no training data): RuntimeError, or the package's ModelStateError (a RuntimeError and
 # ValueError subclass) where it exists.
@@ -16,8 +17,6 @@ DTYPE = torch.float64
 N, D, d, M = 15, 3, 2, 4
 
 
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
 
 
 def _data(dtype=DTYPE, n=N, seed=0):

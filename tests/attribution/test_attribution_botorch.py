@@ -15,6 +15,8 @@ botorch = pytest.importorskip("botorch")
 from botorch.models import MixedSingleTaskGP, SingleTaskGP  # noqa: E402
 from botorch.models.transforms import Normalize, Standardize  # noqa: E402
 
+from tests.helpers import assert_close_to_scale as _close  # noqa: E402
+
 DTYPE = torch.float64
 
 
@@ -65,10 +67,6 @@ def _grad_mean(model, x):
     return g
 
 
-def _close(a, b, rtol, what):
-    err = (a - b).abs().max().item()
-    scale = b.abs().max().item()
-    assert err <= rtol * scale, f"{what}: max error {err:.3g} vs scale {scale:.3g}"
 
 
 def test_single_task_gp_with_normalize_and_standardize():

@@ -23,13 +23,12 @@ from gpytorch.kernels import (
 from linear_operator.operators import DenseLinearOperator, KernelLinearOperator, LinearOperator
 
 from gpytorch_explain import GPXKernel, GPXModel, LowRankHadamardLinearOperator, settings
+from tests.helpers import generator as _gen
 
 DTYPE = torch.float64
 TOL = {"rtol": 1e-9, "atol": 1e-10}
 
 
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
 
 
 def _dense_gpx(K, z1, z2, weight_noise=None):

@@ -28,20 +28,15 @@ from scipy import integrate
 from gpytorch_explain.attribution import IntegratedGradientFunctional
 from gpytorch_explain.attribution import generic as G
 from gpytorch_explain.attribution._quadrature import gauss_legendre
+from tests.helpers import generator as _gen
 
 DTYPE = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(DTYPE)
-    yield
-    torch.set_default_dtype(old)
+#: every test here runs with float64 as torch's default dtype (the shared fixture in tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("float64")
 
 
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
 
 
 def _dense(kernel, a, b):

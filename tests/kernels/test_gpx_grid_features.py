@@ -25,6 +25,7 @@ from gpytorch_explain import settings as explain_settings
 from gpytorch_explain.kernels import grid_features, supports_grid_features
 from gpytorch_explain.operators import GPXInducingLinearOperator
 from gpytorch_explain.operators.grid_interpolated_linear_operator import _GridInterpolatedLinearOperator
+from tests.helpers import generator as _gen
 
 # GPyTorch 1.15 deprecates AdditiveStructureKernel / ProductStructureKernel (and the last_dim_is_batch argument
 # they use); GPX supports them while GPyTorch does (see docs/numerical_notes.md), so these tests filter it.
@@ -37,8 +38,6 @@ pytestmark = [
 DT = torch.float64
 
 
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
 
 
 def _interp_matrix(grid, x):

@@ -28,6 +28,7 @@ import gpytorch_explain.operators.block_posterior_linear_operator as block_modul
 from gpytorch_explain import GPXModel, PosteriorGradient, PosteriorIntegratedGradients
 from gpytorch_explain.attribution import DerivedCovariance, GradientFunctional, IntegratedGradientFunctional
 from gpytorch_explain.errors import ModelStateError
+from tests.helpers import assert_rel_close as _rel_close
 
 DTYPE = torch.float64
 
@@ -106,10 +107,6 @@ def _sgpr(n=30, M=8, D=2, mean="linear", lik="gaussian", kind="ard", inducing=No
     return model.to(DTYPE).eval(), x
 
 
-def _rel_close(a, b, rtol, what=""):
-    scale = b.abs().max().clamp_min(1e-300)
-    err = (a - b).abs().max() / scale
-    assert err <= rtol, f"{what}: relative error {err:.3e} > {rtol:.1e}"
 
 
 def _process(model, pts):

@@ -18,6 +18,7 @@ import torch
 
 import gpytorch_explain
 from gpytorch_explain import PosteriorGradient, PosteriorIntegratedGradients
+from tests.helpers import assert_rel_close as _rel_close
 
 DTYPE = torch.float64
 
@@ -112,10 +113,6 @@ def _posterior(model, pts):
     return out.mean, out.covariance_matrix
 
 
-def _rel_close(a, b, rtol, what=""):
-    scale = b.abs().max().clamp_min(1e-300)
-    err = (a - b).abs().max() / scale
-    assert err <= rtol, f"{what}: relative error {err:.3e} > {rtol:.1e}"
 
 
 # =============================================================================================
@@ -488,7 +485,7 @@ def test_attribution_tutorial_runs(tmp_path, monkeypatch, capsys):
     import pathlib
     import sys
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "tutorials" / "attribution_uncertainty.py"
+    path = pathlib.Path(__file__).resolve().parents[2] / "tutorials" / "attribution_uncertainty.py"
     spec = importlib.util.spec_from_file_location("attribution_uncertainty", path)
     tutorial = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tutorial)

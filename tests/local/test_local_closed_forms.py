@@ -10,13 +10,8 @@ from gpytorch_explain.local import GradientVarianceReduction, LocalGPExplainer, 
 from gpytorch_explain.local.acquisition import gradient_cross_covariance
 from gpytorch_explain.local.surrogate import make_surrogate
 
-
-@pytest.fixture(autouse=True)
-def _float64_default():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+#: every test here runs with float64 as torch's default dtype (the shared fixture in tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("float64")
 
 
 def _gp(n=9, d=3, seed=0):
