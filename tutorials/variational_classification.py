@@ -102,7 +102,8 @@ gpx = VariationalGPXModel(
     variational_distribution="independent",
     feature_names=[f"px{r}{c}" for r in range(8) for c in range(8)],
 )
-gpx.fit(x_train, y_train, num_epochs=12 if SMALL else 60, lr=0.05, batch_size=125)
+n_fit = 150 if SMALL else n_train  # small mode: fewer images and steps
+gpx.fit(x_train[:n_fit], y_train[:n_fit], num_epochs=10 if SMALL else 60, lr=0.1 if SMALL else 0.05, batch_size=150)
 with torch.no_grad():
     p_test = gpx.likelihood(gpx(x_test)).mean
 gpx_accuracy = ((p_test > 0.5).double() == y_test).double().mean().item()
@@ -153,12 +154,12 @@ class SVGP(gpytorch.models.ApproximateGP):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
 
-svgp = SVGP(x_train[:32].clone()).double()
+svgp = SVGP(x_train[: 16 if SMALL else 32].clone()).double()
 likelihood = gpytorch.likelihoods.BernoulliLikelihood()
 svgp.train()
 mll = gpytorch.mlls.VariationalELBO(likelihood, svgp, num_data=n_train)
-opt = torch.optim.Adam(svgp.parameters(), lr=0.05)
-for _ in range(60 if SMALL else 300):
+opt = torch.optim.Adam(svgp.parameters(), lr=0.1 if SMALL else 0.05)
+for _ in range(30 if SMALL else 300):
     opt.zero_grad()
     loss = -mll(svgp(x_train), y_train)
     loss.backward()
@@ -191,7 +192,7 @@ dist = probability_ig_distribution(
     x_test[show[-1:]],
     baseline,
     num_samples=128 if SMALL else 512,
-    path_order=8 if SMALL else 16,
+    path_order=16 if SMALL else 32,
     generator=torch.Generator().manual_seed(0),
 )
 mean, std, lower, upper = dist.mean[0], dist.std[0], dist.lower[0], dist.upper[0]
