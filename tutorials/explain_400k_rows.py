@@ -117,7 +117,8 @@ Step 6: two individual explanations, the test points with the highest and the lo
 among the explained points: ``model.explain(x)`` gives the prediction, weights and contributions with
 standard deviations; the script prints them with the multiplicative factor on PM2.5 and its 95% interval
 and saves ``explain(...).plot(i)`` as PNG files (with ``importance.png`` and ``weights_by_hour.png``) in
-``--out`` (default ``tutorials/_output``, or ``GPYTORCH_EXPLAIN_TUTORIAL_OUT``). Without matplotlib the plots are skipped with a message.
+``--out`` (default ``tutorials/_output``, or ``GPYTORCH_EXPLAIN_TUTORIAL_OUT``).
+Without matplotlib the plots are skipped with a message.
 It also checks that the contributions add up to the prediction and that ``zᵀ Cov[w] z`` is the latent
 variance.
 

@@ -92,7 +92,7 @@ subset = torch.randperm(N)[:N_SUBSET]
 print(f"{N:,} training rows, {len(x_test)} test rows, 2 features (z = x)")
 
 
-def report(name, model, start, num_points=len(x_test)):
+def report(name, model, start, num_points=200):
     """Test RMSE of the prediction and of the weights against the truth; returns the explanation.
 
     The time is from ``start`` (before the model was built) to the end of the test points' explanations.
@@ -117,7 +117,8 @@ results = {}
 # ## Hyperparameters on a subset
 #
 # Hyperparameters are well determined by a few thousand rows. As the README recommends, they are fitted by the
-# exact GPX likelihood on a subset (here 300 rows in the small mode and 2,000 in the full mode; one Cholesky), and every scalable model below reuses them:
+# exact GPX likelihood on a subset (here 300 rows in the small mode and 2,000 in the full mode; one
+# Cholesky), and every scalable model below reuses them:
 # the base kernel module is shared, and $\sigma_w^2$ is copied.
 
 # %%
@@ -167,7 +168,8 @@ with gpytorch_explain.settings.max_cholesky_size(0), gpytorch.settings.max_chole
 #
 # `PartitionedKernel(rbf)` represents the same matrix as `rbf`; with GPyTorch's Cholesky limit set to 0 it is
 # never densified, and GPX uses CG with tight tolerances. On a CPU this path is the slowest of the three at
-# large $n$ (the noise is small, so CG needs many iterations), so here it runs on 400 rows in the small mode and 3,000 in the full mode. Exact weight stds need
+# large $n$ (the noise is small, so CG needs many iterations), so here it runs on 400 rows in the small
+# mode and 3,000 in the full mode. Exact weight stds need
 # $d \cdot m$ CG right-hand sides for $m$ test points, so only 10 test points are explained.
 
 # %%

@@ -107,7 +107,7 @@ gpx.fit(x_train[:n_fit], y_train[:n_fit], num_epochs=10 if SMALL else 60, lr=0.1
 with torch.no_grad():
     p_test = gpx.likelihood(gpx(x_test)).mean
 gpx_accuracy = ((p_test > 0.5).double() == y_test).double().mean().item()
-print(f"GPX classifier: test accuracy {gpx_accuracy:.3f}; final loss (negative ELBO per image) {gpx.fit_history[-1]:.3f}")
+print(f"GPX classifier: test accuracy {gpx_accuracy:.3f}; final negative ELBO per image {gpx.fit_history[-1]:.3f}")
 
 # %% [markdown]
 # ## Digit weight maps
@@ -198,7 +198,8 @@ dist = probability_ig_distribution(
 mean, std, lower, upper = dist.mean[0], dist.std[0], dist.lower[0], dist.upper[0]
 top = torch.argsort(mean.abs(), descending=True)[:10].flip(0)
 fig, ax = plt.subplots(figsize=(6, 4))
-ax.barh(range(len(top)), mean[top], xerr=std[top], capsize=3, color=["tab:red" if v > 0 else "tab:blue" for v in mean[top]])
+colors = ["tab:red" if v > 0 else "tab:blue" for v in mean[top]]
+ax.barh(range(len(top)), mean[top], xerr=std[top], capsize=3, color=colors)
 ax.set_yticks(range(len(top)))
 ax.set_yticklabels([f"pixel ({j // 8}, {j % 8})" for j in top.tolist()])
 ax.axvline(0.0, color="black", linewidth=0.8)
