@@ -87,6 +87,7 @@ def draw(n):
 
 x, y = draw(N)
 x_test, y_test = draw(200)
+NAMES = ["x1", "x2"]
 N_SUBSET = min(N, 300 if SMALL else 2_000)
 subset = torch.randperm(N)[:N_SUBSET]
 print(f"{N:,} training rows, {len(x_test)} test rows, 2 features (z = x)")
@@ -125,7 +126,8 @@ results = {}
 likelihood = gpytorch.likelihoods.GaussianLikelihood().double()
 rbf = ScaleKernel(RBFKernel(ard_num_dims=2)).double()
 t0 = time.perf_counter()
-exact = GPXModel(x[subset], y[subset], likelihood=likelihood, base_kernel=rbf).fit(max_iter=15 if SMALL else 100)
+exact = GPXModel(x[subset], y[subset], likelihood=likelihood, base_kernel=rbf, feature_names=NAMES)
+exact.fit(max_iter=15 if SMALL else 100)
 results["exact (subset)"] = report(f"exact, {N_SUBSET:,} rows", exact, t0)
 weight_noise = exact.weight_noise.detach()
 
@@ -139,7 +141,7 @@ weight_noise = exact.weight_noise.detach()
 M = 32 if SMALL else 128
 inducing = InducingPointKernel(rbf, inducing_points=x[torch.randperm(N)[:M]].clone(), likelihood=likelihood)
 t0 = time.perf_counter()
-sgpr = GPXModel(x, y, likelihood=likelihood, base_kernel=inducing)
+sgpr = GPXModel(x, y, likelihood=likelihood, base_kernel=inducing, feature_names=NAMES)
 sgpr.weight_noise = weight_noise
 sgpr.eval()
 with gpytorch_explain.settings.max_cholesky_size(0), gpytorch.settings.max_cholesky_size(0):
@@ -157,7 +159,7 @@ grid = ScaleKernel(GridInterpolationKernel(RBFKernel(ard_num_dims=2), grid_size=
 grid.outputscale = rbf.outputscale.detach()
 grid.base_kernel.base_kernel.lengthscale = rbf.base_kernel.lengthscale.detach()
 t0 = time.perf_counter()
-ski = GPXModel(x, y, likelihood=likelihood, base_kernel=grid)
+ski = GPXModel(x, y, likelihood=likelihood, base_kernel=grid, feature_names=NAMES)
 ski.weight_noise = weight_noise
 ski.eval()
 with gpytorch_explain.settings.max_cholesky_size(0), gpytorch.settings.max_cholesky_size(0):
@@ -175,7 +177,7 @@ with gpytorch_explain.settings.max_cholesky_size(0), gpytorch.settings.max_chole
 # %%
 n_lean = min(N, 400 if SMALL else 3_000)
 t0 = time.perf_counter()
-lean = GPXModel(x[:n_lean], y[:n_lean], likelihood=likelihood, base_kernel=PartitionedKernel(rbf))
+lean = GPXModel(x[:n_lean], y[:n_lean], likelihood=likelihood, base_kernel=PartitionedKernel(rbf), feature_names=NAMES)
 lean.weight_noise = weight_noise
 lean.eval()
 with gpytorch_explain.settings.max_cholesky_size(0), gpytorch.settings.max_cholesky_size(0):
