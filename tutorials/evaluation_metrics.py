@@ -92,7 +92,7 @@ x_te = torch.as_tensor(xs.transform(x_te), dtype=torch.float64)
 y_tr = torch.as_tensor(ys.transform(y_tr[:, None])[:, 0], dtype=torch.float64)
 print(f"{len(x_tr)} training rows, {len(x_te)} explained test rows, {x_tr.shape[1]} features")
 
-gpx = GPXModel(x_tr, y_tr, feature_names=names).fit()
+gpx = GPXModel(x_tr, y_tr, feature_names=names).fit(max_iter=30 if SMALL else None)
 
 
 class GPR(gpytorch.models.ExactGP):
@@ -108,7 +108,7 @@ class GPR(gpytorch.models.ExactGP):
 gpr = GPR(x_tr, y_tr).double()
 gpr.train()
 mll = gpytorch.mlls.ExactMarginalLogLikelihood(gpr.likelihood, gpr)
-opt = torch.optim.LBFGS(gpr.parameters(), max_iter=50, line_search_fn="strong_wolfe")
+opt = torch.optim.LBFGS(gpr.parameters(), max_iter=30 if SMALL else 100, line_search_fn="strong_wolfe")
 
 
 def closure():
