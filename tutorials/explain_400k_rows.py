@@ -500,9 +500,13 @@ def savefig(ax_or_fig, path: pathlib.Path, saved: list[str]):
     fig = getattr(ax_or_fig, "figure", ax_or_fig)
     fig.savefig(path, dpi=120)
     saved.append(str(path))
+    import matplotlib
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
+    if "inline" in matplotlib.get_backend():  # a notebook: show the figure too
+        plt.show()
+    else:
+        plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -769,7 +773,8 @@ def main(argv=None) -> dict:
         try:
             import matplotlib
 
-            matplotlib.use("Agg")
+            if "ipykernel" not in sys.modules:  # a script never opens a window
+                matplotlib.use("Agg")
             import matplotlib.pyplot as plt
         except ImportError:
             print("\nmatplotlib is not installed: skipping the plots (pip install 'gpytorch-explain[plot]')")
