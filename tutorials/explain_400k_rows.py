@@ -21,7 +21,7 @@
 #
 # The data file `beijing_air_quality_pm25.csv` is read from `GPYTORCH_EXPLAIN_DATA_DIR` (default
 # `../shared/datasets` next to the repository); nothing is downloaded. With `GPYTORCH_EXPLAIN_TUTORIAL_SMALL=1`
-# it runs on 4,000 generated Beijing-like rows instead, with small settings (this is what the test suite and
+# it runs on 3,000 generated Beijing-like rows instead, with small settings (this is what the test suite and
 # the documentation run). Figures go to `GPYTORCH_EXPLAIN_TUTORIAL_OUT` (default `tutorials/_output/`). Run
 # as a script, it also takes command-line options (`--help`), which override the environment.
 
@@ -177,8 +177,8 @@ DEFAULT_DATA_DIR = pathlib.Path(os.environ.get("GPYTORCH_EXPLAIN_DATA_DIR", REPO
 DEFAULT_OUT = pathlib.Path(os.environ.get("GPYTORCH_EXPLAIN_TUTORIAL_OUT", REPO / "tutorials" / "_output"))
 #: the small mode (GPYTORCH_EXPLAIN_TUTORIAL_SMALL=1): generated rows and small settings, a few seconds
 SMALL_ARGS = [
-    "--synthetic", "4000", "--quick", "--subset", "1500", "--inducing", "12", "--max-iter", "8",
-    "--refine-iter", "2", "--n-explain", "300", "--samples", "20", "--n-check", "100", "--no-progress",
+    "--synthetic", "3000", "--quick", "--subset", "1000", "--inducing", "12", "--max-iter", "5",
+    "--refine-iter", "1", "--n-explain", "300", "--samples", "20", "--n-check", "50", "--no-progress",
 ]  # fmt: skip
 DATA_FILE = "beijing_air_quality_pm25.csv"
 TARGET = "PM2.5"
