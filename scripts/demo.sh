@@ -5,4 +5,4 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source scripts/env.sh demo
-python tutorials/demo_diabetes.py "$@"
+python tutorials/demo_diabetes.py --out gpx_demo_explanation.png "$@"

@@ -19,9 +19,9 @@ from gpytorch.kernels import Kernel, LinearKernel, ProductKernel
 from gpytorch.likelihoods import _GaussianLikelihoodBase
 from gpytorch.models import ApproximateGP, ExactGP
 from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
-from linear_operator.operators import DiagLinearOperator
 from gpytorch.utils.errors import CachingError
 from gpytorch.utils.memoize import add_to_cache, get_from_cache
+from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
 from .. import settings as xsettings

@@ -36,8 +36,9 @@ along/across the inner path so that nothing large cancels (:func:`_ig_pair_block
 with itself has the exact one-dimensional closed form of :func:`_self_moments`. For :math:`D = 1` the IG is
 :math:`f(\mathbf x) - \bar f(\mathbf b)` and paths longer than a lengthscale use that (kernel differences) directly.
 
-Accuracy (float64, against mpmath and brute-force quadrature; see ``tests/attribution/test_attribution_rbf.py``): segment
-moments to ~1e-15 relative for short segments and ~1e-12 for long ones (~1e-10 when :math:`e^{-q}` is
+Accuracy (float64, against mpmath and brute-force quadrature; see
+``tests/attribution/test_attribution_rbf.py``): segment moments to ~1e-15 relative for short segments and ~1e-12
+for long ones (~1e-10 when :math:`e^{-q}` is
 :math:`< 10^{-170}`); IG–IG covariances converged to ~1e-14 relative to their largest entry for paths up to
 :math:`\|\boldsymbol\Delta/\boldsymbol\ell\| = 100`.
 
