@@ -43,7 +43,7 @@ from ..attribution import IntegratedGradients, PosteriorGradient
 from .acquisition import ACQUISITIONS, make_acquisition
 from .blackbox import BlackBox
 from .result import LocalExplanation, _to_numpy
-from .surrogate import fit_surrogate, loo_r2, make_surrogate
+from .surrogate import DEFAULT_PRIOR_SCALE, fit_surrogate, loo_r2, make_surrogate
 
 __all__ = ["LocalGPExplainer"]
 
@@ -64,6 +64,10 @@ class LocalGPExplainer:
     :param feature_names: ``D`` names (default ``x0, x1, ...``).
     :param seed: makes :meth:`explain` deterministic (``None``: random).
     :param interval: the box half-width in units of :math:`\sigma_i` (the paper's interval limiter).
+    :param lengthscale_prior_scale: std of the log-normal lengthscale prior (its centre is BoTorch's
+        dimension-scaled one, see :func:`~gpytorch_explain.local.surrogate.make_surrogate`). The default 0.5
+        (Hvarfner et al.: :math:`\sqrt 3`) keeps :math:`1/\ell` stable from run to run at ~50 samples;
+        larger values let single lengthscales move further on little data.
     :param q: points per BO step (one black-box call per step).
     :param n_initial: Sobol points besides ``x`` in the first call (default ``max(2, min(10, budget // 5))``).
     :param jitter: GPyOpt's acquisition jitter for EI/PI, in output standard deviations.
@@ -100,6 +104,7 @@ class LocalGPExplainer:
         feature_names: Sequence[str] | None = None,
         seed: int | None = None,
         interval: float = 1.0,
+        lengthscale_prior_scale: float = DEFAULT_PRIOR_SCALE,
         q: int = 1,
         n_initial: int | None = None,
         jitter: float = 0.01,
@@ -141,6 +146,9 @@ class LocalGPExplainer:
         if not (interval > 0 and np.isfinite(interval)):
             raise ValueError(f"interval must be a positive number, got {interval}.")
         self.interval = float(interval)
+        if not (lengthscale_prior_scale > 0 and np.isfinite(lengthscale_prior_scale)):
+            raise ValueError(f"lengthscale_prior_scale must be a positive number, got {lengthscale_prior_scale}.")
+        self.lengthscale_prior_scale = float(lengthscale_prior_scale)
         if int(q) < 1:
             raise ValueError(f"q must be >= 1, got {q}.")
         self.q = int(q)
@@ -260,7 +268,12 @@ class LocalGPExplainer:
         while True:
             ym, ys = float(y_all.mean()), float(y_all.std())
             ys = ys if ys > 1e-12 * max(1.0, abs(ym)) else 1.0
-            model = make_surrogate(self._to_u(X_all, x, scale), torch.as_tensor((y_all - ym) / ys, dtype=_DT), state)
+            model = make_surrogate(
+                self._to_u(X_all, x, scale),
+                torch.as_tensor((y_all - ym) / ys, dtype=_DT),
+                state,
+                prior_scale=self.lengthscale_prior_scale,
+            )
             n = len(y_all)
             if state is None or n >= self.budget or n >= self.refit_growth * n_fit:
                 final = n >= self.budget
