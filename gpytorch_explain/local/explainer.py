@@ -59,15 +59,22 @@ class LocalGPExplainer:
     :param training_data: ``(N, D)`` data giving the per-feature scales :math:`\sigma_i` and categorical values.
     :param acquisition: one of ``"lcb"`` (default), ``"ei"``, ``"pi"``/``"mpi"`` (GPyOpt semantics, see
         :mod:`~gpytorch_explain.local.acquisition`), ``"variance"``, ``"integrated_variance"``, ``"gradient"``.
+        Recommended for stable explanations: ``acquisition="variance", interval=2.0,
+        lengthscale_prior_scale=0.5`` (the most stable per call in ``benchmarks/results/local_vs_lime.txt``;
+        the paper's ``"lcb"`` was less stable than LIME at the same budget there).
     :param budget: total number of black-box rows, ``x`` included.
     :param categorical_features: indices of categorical features (values taken from ``training_data``).
     :param feature_names: ``D`` names (default ``x0, x1, ...``).
     :param seed: makes :meth:`explain` deterministic (``None``: random).
-    :param interval: the box half-width in units of :math:`\sigma_i` (the paper's interval limiter).
+    :param interval: the box half-width in units of :math:`\sigma_i` (the paper's interval limiter; the paper's
+        figures use 0.05). LIME perturbs with std :math:`\sigma_i`; a uniform box of half-width
+        :math:`\sqrt 3\sigma_i` has that std, so ``interval`` ≈ 2 compares with LIME's scale.
     :param lengthscale_prior_scale: std of the log-normal lengthscale prior (its centre is BoTorch's
-        dimension-scaled one, see :func:`~gpytorch_explain.local.surrogate.make_surrogate`). The default 0.5
-        (Hvarfner et al.: :math:`\sqrt 3`) keeps :math:`1/\ell` stable from run to run at ~50 samples;
-        larger values let single lengthscales move further on little data.
+        dimension-scaled one, see :func:`~gpytorch_explain.local.surrogate.make_surrogate`). The default 1.0
+        (Hvarfner et al.: :math:`\sqrt 3`) steadies :math:`1/\ell` at ~50 samples; 0.5 steadies it further
+        (Boston benchmark: inconsistency 0.050 -> 0.018 at interval 2) but makes the gradient's std
+        overconfident on nonlinear black boxes (true gradient within 2 std for 4 of 6 features in
+        ``tests/test_local_explainer.py``'s black box, against at least 5 with 1.0).
     :param q: points per BO step (one black-box call per step).
     :param n_initial: Sobol points besides ``x`` in the first call (default ``max(2, min(10, budget // 5))``).
     :param jitter: GPyOpt's acquisition jitter for EI/PI, in output standard deviations.

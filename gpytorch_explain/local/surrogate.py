@@ -5,7 +5,7 @@ Inputs are standardised to the sampling box, :math:`u_i = (x_i - x_{0,i}) / (r\s
 interval, so the box is :math:`[-1, 1]^d`), outputs to zero mean and unit variance. The kernel is an
 ARD RBF kernel with a log-normal lengthscale prior (centred as BoTorch's dimension-scaled prior of
 Hvarfner et al., shifted by :math:`\log 2` for the box of width 2, but narrower: log-std
-:data:`DEFAULT_PRIOR_SCALE` = 0.5 instead of :math:`\sqrt 3`), which keeps :math:`1/\ell_i` stable with few
+:data:`DEFAULT_PRIOR_SCALE` = 1.0 instead of :math:`\sqrt 3`), which keeps :math:`1/\ell_i` stable with few
 samples; the likelihood is BoTorch's Gaussian likelihood with a LogNormal(-4, 1) noise prior.
 """
 
@@ -29,8 +29,8 @@ __all__ = ["DEFAULT_PRIOR_SCALE", "make_surrogate", "fit_surrogate", "log_poster
 
 
 #: the lengthscale prior's log-scale std. Hvarfner et al.'s :math:`\sqrt 3` lets single features' lengthscales
-#: swing by orders of magnitude with 50 samples; 0.5 keeps :math:`1/\ell` (and the gradient) stable from run
-#: to run at small budgets (``benchmarks/results/local_vs_lime.txt``) while the data still move it.
+#: swing by orders of magnitude with 50 samples; 1.0 steadies :math:`1/\ell`, and 0.5 (recommended for stable
+#: rankings, ``benchmarks/results/local_vs_lime.txt``) further, at the price of overconfident gradient stds.
 DEFAULT_PRIOR_SCALE = 1.0
 
 
