@@ -71,8 +71,9 @@ class LocalGPExplainer:
         :math:`\sqrt 3\sigma_i` has that std, so ``interval`` ≈ 2 compares with LIME's scale.
     :param lengthscale_prior_scale: std of the log-normal lengthscale prior (its centre is BoTorch's
         dimension-scaled one, see :func:`~gpytorch_explain.local.surrogate.make_surrogate`). The default 1.0
-        (Hvarfner et al.: :math:`\sqrt 3`) steadies :math:`1/\ell` at ~50 samples; 0.5 steadies it further
-        (Boston benchmark: inconsistency 0.050 -> 0.018 at interval 2) but makes the gradient's std
+        lies between Hvarfner et al.'s :math:`\sqrt 3` and 0.5, which steadies :math:`1/\ell` at ~50 samples
+        (Boston benchmark at interval 2: inconsistency 0.050 with :math:`\sqrt 3`, 0.018 with 0.5; 1.0 not
+        benchmarked) but makes the gradient's std
         overconfident on nonlinear black boxes (true gradient within 2 std for 4 of 6 features in
         ``tests/test_local_explainer.py``'s black box, against at least 5 with 1.0).
     :param q: points per BO step (one black-box call per step).
