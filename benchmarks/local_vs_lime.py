@@ -113,7 +113,7 @@ def shap_scores(Xtr, instances, predict, nsamples):
     return np.abs(np.asarray(vals))
 
 
-def gp_scores(Xtr, instances, predict, acquisition, budget, repeats, interval, q):
+def gp_scores(Xtr, instances, predict, acquisition, budget, repeats, interval, q, prior_scale=None):
     from gpytorch_explain.local import LocalGPExplainer
 
     D = Xtr.shape[1]
@@ -121,10 +121,11 @@ def gp_scores(Xtr, instances, predict, acquisition, budget, repeats, interval, q
     grad = np.zeros_like(rel)
     wall, cpu, fid, nwarn = [], [], [], 0
     sd = Xtr.std(0)
+    extra = {} if prior_scale is None else {"lengthscale_prior_scale": prior_scale}
     for i, x in enumerate(instances):
         for r in range(repeats):
             ex = LocalGPExplainer(
-                predict, Xtr, acquisition=acquisition, budget=budget, seed=1000 * r + i, interval=interval, q=q
+                predict, Xtr, acquisition=acquisition, budget=budget, seed=1000 * r + i, interval=interval, q=q, **extra
             )
             t0, c0 = time.perf_counter(), time.process_time()
             res = ex.explain(x)
@@ -150,6 +151,8 @@ def main(argv=None) -> None:
     )
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--q", type=int, default=1)
+    p.add_argument("--prior-scale", type=float, default=None, help="lengthscale_prior_scale (default: the library's)")
+    p.add_argument("--no-shap", action="store_true", help="skip KernelSHAP (top-5 vs SHAP reported as nan)")
     p.add_argument("--lime-large", type=int, default=5000)
     p.add_argument("--shap-samples", type=int, default=2048)
     args = p.parse_args(argv)
@@ -158,6 +161,7 @@ def main(argv=None) -> None:
     print("command: python " + " ".join(sys.argv))
     print(
         f"instances={args.instances} repeats={args.repeats} budgets={args.budgets} interval={args.interval} q={args.q}"
+        f" prior_scale={args.prior_scale} (None: library default)"
     )
     for name in args.datasets:
         Xtr, Xte, names, model, predict, mode, score = load(name)
@@ -165,7 +169,10 @@ def main(argv=None) -> None:
         print(f"\n=== {name}: D={Xtr.shape[1]}, black box test score {score:.3f} ({type(model).__name__}) ===")
         big, t_big = lime_scores(Xtr, instances, predict, model, mode, args.lime_large, args.repeats)
         ref_lime = np.abs(big).mean(1)
-        ref_shap = shap_scores(Xtr, instances, predict, args.shap_samples)
+        if args.no_shap:
+            ref_shap = np.full((len(instances), Xtr.shape[1]), np.nan)
+        else:
+            ref_shap = shap_scores(Xtr, instances, predict, args.shap_samples)
         print(
             f"LIME@{args.lime_large}: inconsistency {inconsistency(big):.4f}, top-5 vs KernelSHAP "
             f"{top5(big, ref_shap):.2f}, cpu {t_big:.2f} s/expl"
@@ -182,7 +189,7 @@ def main(argv=None) -> None:
             )
             for acq in args.acquisitions:
                 rel, grad, wall, cpu, fid, nwarn = gp_scores(
-                    Xtr, instances, predict, acq, budget, args.repeats, args.interval, args.q
+                    Xtr, instances, predict, acq, budget, args.repeats, args.interval, args.q, args.prior_scale
                 )
                 for label, sc in ((f"GP {acq} relevance 1/l", rel), (f"GP {acq} |gradient|", grad)):
                     print(

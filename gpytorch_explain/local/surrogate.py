@@ -3,8 +3,9 @@ r"""The local GP surrogate: an ARD ``SingleTaskGP`` on box-standardised inputs, 
 
 Inputs are standardised to the sampling box, :math:`u_i = (x_i - x_{0,i}) / (r\sigma_i)` (``r`` the
 interval, so the box is :math:`[-1, 1]^d`), outputs to zero mean and unit variance. The kernel is an
-ARD RBF kernel with a log-normal lengthscale prior (BoTorch's dimension-scaled prior of Hvarfner et
-al., shifted by :math:`\log 2` for the box of width 2), which keeps :math:`1/\ell_i` stable with few
+ARD RBF kernel with a log-normal lengthscale prior (centred as BoTorch's dimension-scaled prior of
+Hvarfner et al., shifted by :math:`\log 2` for the box of width 2, but narrower: log-std
+:data:`DEFAULT_PRIOR_SCALE` = 1.0 instead of :math:`\sqrt 3`), which keeps :math:`1/\ell_i` stable with few
 samples; the likelihood is BoTorch's Gaussian likelihood with a LogNormal(-4, 1) noise prior.
 """
 
@@ -24,16 +25,29 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import LogNormalPrior
 from torch import Tensor
 
-__all__ = ["make_surrogate", "fit_surrogate", "log_posterior", "loo_predictions", "loo_r2"]
+__all__ = ["DEFAULT_PRIOR_SCALE", "make_surrogate", "fit_surrogate", "log_posterior", "loo_predictions", "loo_r2"]
 
 
-def make_surrogate(U: Tensor, y: Tensor, state: dict | None = None) -> SingleTaskGP:
+#: the lengthscale prior's log-scale std. Hvarfner et al.'s :math:`\sqrt 3` lets single features' lengthscales
+#: swing by orders of magnitude with 50 samples; 0.5 (recommended for stable rankings,
+#: ``benchmarks/results/local_vs_lime.txt``) steadies :math:`1/\ell` but makes gradient stds overconfident on
+#: nonlinear black boxes; the default 1.0 is a compromise that keeps the unit tests' 2-std coverage.
+DEFAULT_PRIOR_SCALE = 1.0
+
+
+def make_surrogate(
+    U: Tensor, y: Tensor, state: dict | None = None, prior_scale: float = DEFAULT_PRIOR_SCALE
+) -> SingleTaskGP:
     r"""An ARD-RBF ``SingleTaskGP`` on ``U`` (``(n, d)``) and standardised targets ``y`` (``(n,)``).
 
-    ``state`` (a previous surrogate's ``state_dict``) warm-starts the hyperparameters.
+    ``state`` (a previous surrogate's ``state_dict``) warm-starts the hyperparameters. The lengthscale prior
+    is :math:`\log\ell_i \sim \mathcal N(\sqrt 2 + \tfrac12\log d + \log 2,\ s^2)` with ``s = prior_scale``
+    (Hvarfner et al. use :math:`s = \sqrt 3`; see :data:`DEFAULT_PRIOR_SCALE`).
     """
     d = U.size(-1)
-    prior = LogNormalPrior(loc=math.sqrt(2.0) + 0.5 * math.log(d) + math.log(2.0), scale=math.sqrt(3.0))
+    if not (prior_scale > 0 and math.isfinite(prior_scale)):
+        raise ValueError(f"prior_scale must be a positive number, got {prior_scale}.")
+    prior = LogNormalPrior(loc=math.sqrt(2.0) + 0.5 * math.log(d) + math.log(2.0), scale=float(prior_scale))
     kernel = RBFKernel(
         ard_num_dims=d,
         lengthscale_prior=prior,
