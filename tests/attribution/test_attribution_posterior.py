@@ -480,22 +480,6 @@ def test_zero_variance_at_the_baseline_is_exact_and_quiet():
     assert torch.equal(var[0], torch.zeros_like(var[0])) and (var[1] > 0).all()
 
 
-def test_attribution_tutorial_runs(tmp_path, monkeypatch, capsys):
-    import importlib.util
-    import pathlib
-    import sys
-
-    path = pathlib.Path(__file__).resolve().parents[2] / "tutorials" / "attribution_uncertainty.py"
-    spec = importlib.util.spec_from_file_location("attribution_uncertainty", path)
-    tutorial = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tutorial)
-    monkeypatch.setattr(sys, "argv", ["tutorial", "--out-dir", str(tmp_path)])
-    tutorial.main()
-    out = capsys.readouterr().out
-    assert "completeness" in out
-    assert (tmp_path / "attribution_path.png").stat().st_size > 0 and (tmp_path / "attribution_bars.png").exists()
-
-
 def test_derived_kernels_are_gpytorch_kernels():
     from gpytorch_explain.kernels import GradientKernel, IntegratedGradientKernel
 
