@@ -117,3 +117,76 @@ html_theme = "furo"
 html_title = f"gpytorch-explain {release}"
 html_static_path: list[str] = []
 templates_path = ["_templates"]
+
+
+# -- references to a re-exported or short name: resolve them to where the object is documented ----------
+def _addressable(obj) -> bool:
+    """Objects with an identity of their own (classes, functions, modules, properties), not shared values."""
+    import inspect
+
+    return inspect.isclass(obj) or inspect.isroutine(obj) or inspect.ismodule(obj) or isinstance(obj, property)
+
+
+def _documented_targets(env) -> dict[int, tuple[str, str]]:
+    """``id(object) -> (documented name, object type)`` over every object the Python domain documents."""
+    import importlib
+
+    cache = getattr(env, "_gpx_documented", None)
+    if cache is not None:
+        return cache
+    cache = {}
+    for name, entry in env.get_domain("py").objects.items():
+        module, _, attr = name.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except Exception:
+            continue
+        if _addressable(obj):
+            cache.setdefault(id(obj), (name, entry.objtype))
+    env._gpx_documented = cache
+    return cache
+
+
+def _lookup(target: str, module: str | None, cls: str | None):
+    """The object a dotted or short ``target`` names, tried as written, in the current class and module, and as
+    an attribute of the package (``gpytorch_explain.GPXModel``)."""
+    import importlib
+
+    candidates = [target]
+    if module:
+        if cls:
+            candidates.append(f"{module}.{cls}.{target}")
+        candidates.append(f"{module}.{target}")
+    candidates.append(f"gpytorch_explain.{target.rpartition('.')[2]}")
+    for dotted in candidates:
+        parts = dotted.split(".")
+        for split in range(len(parts) - 1, 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:split]))
+                for attr in parts[split:]:
+                    obj = getattr(obj, attr)
+                return obj
+            except Exception:
+                continue
+    return None
+
+
+def _resolve_reexported(app, env, node, contnode):
+    if node.get("refdomain") != "py":
+        return None
+    target = node.get("reftarget", "")
+    obj = _lookup(target, node.get("py:module"), node.get("py:class"))
+    if obj is None or not _addressable(obj):
+        return None
+    found = _documented_targets(env).get(id(obj))
+    if found is None or found[0] == target:
+        return None
+    name, objtype = found
+    from sphinx.util.nodes import make_refnode
+
+    docname = env.get_domain("py").objects[name].docname
+    return make_refnode(app.builder, node["refdoc"], docname, name, contnode, name)
+
+
+def setup(app):
+    app.connect("missing-reference", _resolve_reexported)

@@ -95,18 +95,3 @@ def test_lbfgs_fit_improves_marginal_likelihood():
     assert model.fit_history[-1] < model.fit_history[0] - 0.1
 
 
-def test_demo_runs(tmp_path, monkeypatch, capsys):
-    import importlib.util
-    import pathlib
-    import sys
-
-    path = pathlib.Path(__file__).resolve().parents[1] / "tutorials" / "demo_diabetes.py"
-    spec = importlib.util.spec_from_file_location("demo_diabetes", path)
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
-    out = tmp_path / "demo.png"
-    monkeypatch.setattr(sys, "argv", ["demo", "--out", str(out)])
-    expl = demo.main()
-    printed = capsys.readouterr().out
-    assert "test MSE" in printed and "standard GPR" in printed and out.stat().st_size > 0
-    assert expl.weights_mean.shape[1] == 10
