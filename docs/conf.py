@@ -52,6 +52,8 @@ def _collect_tutorials() -> list[str]:
 
 
 TUTORIALS = _collect_tutorials()
+# autosummary never deletes pages of names that left a list: start from none, as a fresh clone does
+shutil.rmtree(DOCS / "api" / "generated", ignore_errors=True)
 
 # -- project ------------------------------------------------------------------------------------------
 project = "gpytorch-explain"
