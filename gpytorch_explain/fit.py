@@ -35,9 +35,9 @@ from gpytorch import settings as gsettings
 from gpytorch.likelihoods import BernoulliLikelihood
 from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.models import ApproximateGP, ExactGP
-from gpytorch.variational.natural_variational_distribution import _NaturalVariationalDistribution
 from torch import Tensor
 
+from ._compat import _NaturalVariationalDistribution
 from .errors import ModelStateError
 from .kernels import GPXKernel
 from .mlls.gpx_variational_elbo import GPXVariationalELBO, _label_scheme, bernoulli_label_signs
