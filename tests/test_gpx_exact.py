@@ -510,11 +510,10 @@ def test_weight_posterior_root_factor_chunked(monkeypatch, held):
             lazy.prior_covar, lazy.cross_covar, lazy.train_z, root, factor_type="root"
         )
         n, r = root_op.num_train, root_op.factor.size(-1)
-        per_point = root_op._elements_per_point()
         # [R ⊙ z_l] is held up to 2 * budget scalars; the point chunks hold budget // 4 scalars
-        budget = -(-n * r * d // 2) if held else 4 * per_point
+        budget = -(-n * r * d // 2) if held else (n * r * d - 1) // 2
         with gpytorch_explain.settings.max_block_elements(budget):
-            step = max(1, (budget // 4) // per_point)
+            step = max(1, (budget // 4) // root_op._elements_per_point())
             assert len(list(root_op._chunks())) == -(-m // step) > 1
             assert (root_op._root_times_z() is not None) == held
             assert_close(root_op.point_blocks(), ref_blocks, what="chunked root-form point_blocks")
