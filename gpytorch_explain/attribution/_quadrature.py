@@ -13,9 +13,10 @@ One home for what used to be three Gauss–Legendre helpers and four chunking he
 * :func:`chunk_slices` — consecutive slices of ``total`` items holding at most ``budget`` elements each (at
   least one item per slice);
 * :func:`point_chunks` — slices of the points of ``x`` whose derived cross-covariance with ``X`` stays within
-  :data:`MAX_ROW_ELEMENTS`.
+  :class:`~gpytorch_explain.settings.max_block_elements`.
 
-Budgets are read when called, so a module constant patched at run time takes effect.
+Budgets are read from :class:`gpytorch_explain.settings.max_block_elements` when called, so
+``with gpytorch_explain.settings.max_block_elements(b):`` takes effect at once.
 
 Example:
     >>> import torch
