@@ -20,7 +20,41 @@ from types import ModuleType
 import gpytorch.settings as _gp_settings
 import linear_operator.settings as _linop_settings
 
-__all__ = ["import_botorch", "is_botorch_model"]
+# GPyTorch- and linear_operator-private names (a leading underscore, or a private module) the package uses. They
+# are imported here and nowhere else, so a release that moves one breaks in one place; tests/test_compat.py
+# checks that each resolves and that no other module imports a private name directly.
+from gpytorch.likelihoods import _GaussianLikelihoodBase
+from gpytorch.settings import _dtype_value_context, _feature_flag, _linalg_dtype_cholesky, _value_context
+from gpytorch.variational import _NaturalVariationalDistribution, _VariationalDistribution, _VariationalStrategy
+from linear_operator.functions._matmul import Matmul
+
+__all__ = [
+    "import_botorch",
+    "is_botorch_model",
+    # private upstream names, re-exported for the package
+    "Matmul",
+    "_GaussianLikelihoodBase",
+    "_NaturalVariationalDistribution",
+    "_VariationalDistribution",
+    "_VariationalStrategy",
+    "_dtype_value_context",
+    "_feature_flag",
+    "_linalg_dtype_cholesky",
+    "_value_context",
+]
+
+#: ``name: upstream module`` of every private upstream name above (the module GPyTorch defines it in).
+PRIVATE_NAMES = {
+    "Matmul": "linear_operator.functions._matmul",
+    "_GaussianLikelihoodBase": "gpytorch.likelihoods",
+    "_NaturalVariationalDistribution": "gpytorch.variational",
+    "_VariationalDistribution": "gpytorch.variational",
+    "_VariationalStrategy": "gpytorch.variational",
+    "_dtype_value_context": "gpytorch.settings",
+    "_feature_flag": "gpytorch.settings",
+    "_linalg_dtype_cholesky": "gpytorch.settings",
+    "_value_context": "gpytorch.settings",
+}
 
 #: (settings module, class name, attribute) of every global that ``import botorch`` assigns
 _BOTORCH_GLOBALS = (

@@ -35,9 +35,9 @@ from gpytorch import settings as gsettings
 from gpytorch.likelihoods import BernoulliLikelihood
 from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.models import ApproximateGP, ExactGP
-from gpytorch.variational.natural_variational_distribution import _NaturalVariationalDistribution
 from torch import Tensor
 
+from ._compat import _NaturalVariationalDistribution
 from .errors import ModelStateError
 from .kernels import GPXKernel
 from .mlls.gpx_variational_elbo import GPXVariationalELBO, _label_scheme, bernoulli_label_signs
@@ -64,6 +64,7 @@ def fit_gpx_model(
     lr: float | None = None,
     tolerance: float | None = None,
     progress: bool = False,
+    fit_dtype: torch.dtype | None = None,
 ):
     r"""Maximise the log marginal likelihood of a :class:`~gpytorch_explain.GPXModel`.
 
@@ -83,6 +84,20 @@ def fit_gpx_model(
         likelihood still gains whole nats.
     :param progress: Show a tqdm progress bar of iterations out of ``max_iter`` (for L-BFGS its outer iterations;
         objective evaluations, which the line search adds, are shown beside it as ``evals``).
+    :param fit_dtype: The dtype the hyperparameters are optimised in. Default: float64 for a float32 (or half,
+        bfloat16) model, the model's own dtype otherwise.
+
+    **Low-precision models are optimised in float64.** The float32 objective is noisy at the scale of the
+    L-BFGS tolerances (its summed log-determinant and quadratic form carry relative errors of order
+    :math:`10^{-7}\sqrt n`), so the strong-Wolfe line search stalls early: a float32 model with an
+    ``InducingPointKernel`` base (n = 8000, M = 256, D = 4) stopped with test RMSE 0.0124 where the float64 fit
+    reached 0.0013, and at n = 2000, M = 64 it stopped after 20 iterations at a loss 0.022 nats per sample above
+    the float64 optimum. So by default the model (and the marginal likelihood, when one is given) is converted to
+    float64 in place for the fit and back afterwards: its parameters are rounded to float32, its training data
+    (float32 values) come back unchanged, and its predictions use float32 as before. During the fit the training
+    data, parameters and the objective's work take float64 memory; when that fails ``model.check_memory``
+    (``MemoryError``), the fit warns and runs in the model's dtype.
+    ``fit_dtype=torch.float32`` keeps the old behaviour.
     :return: The model, in eval mode; ``model.fit_history`` holds the losses (one per objective evaluation),
         ``model.fit_iterations`` and ``model.fit_evaluations`` the counts.
     """
@@ -93,6 +108,13 @@ def fit_gpx_model(
     )
     if model.train_inputs is None:
         raise ModelStateError("fit needs training data; this model has none.")
+    dtype = model.train_inputs[0].dtype
+    if fit_dtype is None:
+        fit_dtype = torch.float64 if dtype in (torch.float32, torch.float16, torch.bfloat16) else dtype
+    if fit_dtype != dtype:
+        fitted = _fit_in_dtype(model, mll, fit_dtype, optimizer, max_iter, lr, tolerance, progress)
+        if fitted is not None:
+            return fitted
     optimizer = optimizer.lower()
     if optimizer not in ("lbfgs", "adam"):
         raise ValueError(f"optimizer must be 'lbfgs' or 'adam', got {optimizer!r}.")
@@ -182,6 +204,32 @@ def fit_gpx_model(
     model.fit_history = history
     model.fit_iterations = iterations
     model.fit_evaluations = len(history)
+    model.eval()
+    return model
+
+
+def _fit_in_dtype(model, mll, fit_dtype, optimizer, max_iter, lr, tolerance, progress):
+    """Fit ``model`` (and ``mll``) converted to ``fit_dtype`` in place, then convert it back to its dtype (its
+    parameters rounded, its float32 training data unchanged); ``None`` (after a warning, with the model back in
+    its dtype) when the converted model does not pass the memory check."""
+    dtype = model.train_inputs[0].dtype
+    module = mll if mll is not None else model  # converting the mll converts its model and likelihood too
+    module.to(fit_dtype)
+    try:
+        try:
+            model.check_memory(f"GPX fit (in {fit_dtype})", training=True)
+        except MemoryError as err:
+            warnings.warn(
+                f"GPX fit: the {dtype} model converted to {fit_dtype} does not fit in memory ({err}); optimising "
+                "in the model's own dtype, where L-BFGS may stop early on the noisier objective.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return None
+        fit_gpx_model(mll if mll is not None else model, optimizer, max_iter, lr, tolerance, progress, fit_dtype)
+    finally:
+        module.to(dtype)
+    model.train()  # drops the caches built in fit_dtype
     model.eval()
     return model
 

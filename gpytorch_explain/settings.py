@@ -1,5 +1,18 @@
 #!/usr/bin/env python3
-"""Settings of gpytorch-explain, used like ``gpytorch.settings`` (as context managers).
+r"""Settings of gpytorch-explain, used like ``gpytorch.settings`` (as context managers).
+
+Every setting is built on GPyTorch's own setting classes (imported through :mod:`gpytorch_explain._compat`):
+
+* on/off switches are ``gpytorch.settings._feature_flag``\ s (:class:`use_grid_features`, :class:`check_memory`),
+  read with ``.on()``;
+* plain values are ``gpytorch.settings._value_context``\ s (:class:`max_cholesky_size`,
+  :class:`max_grid_feature_width`, :class:`scale_warning_range`, :class:`max_block_elements`), read with
+  ``.value()``;
+* dtype-dependent tolerances are ``gpytorch.settings._dtype_value_context``\ s with one default per dtype
+  (:class:`solve_tolerance`, :class:`max_cg_residual`, :class:`grid_root_tolerance`), read with ``.value(dtype)``
+  (``bfloat16`` reads the ``half`` value). ``with solve_tolerance(1e-6):`` sets one value for every dtype;
+  ``with solve_tolerance(float_value=1e-5, double_value=1e-10):`` sets them per dtype, and ``solve_tolerance(None)``
+  restores the per-dtype defaults inside the block.
 
 Example:
     >>> import gpytorch_explain
@@ -10,12 +23,15 @@ Example:
 
 from __future__ import annotations
 
-from gpytorch.settings import _value_context
+import torch
+
+from ._compat import _dtype_value_context, _feature_flag, _value_context
 
 __all__ = [
     "max_cholesky_size",
     "solve_tolerance",
     "derived_solve_tolerance",
+    "cg_iterations",
     "max_cg_residual",
     "cg_residual_limit",
     "use_grid_features",
@@ -25,33 +41,58 @@ __all__ = [
     "check_memory",
     "scale_warning_range",
     "max_block_elements",
+    "block_budget",
 ]
 
+_UNSET = object()
 
-class _setting:
-    """A global value that a ``with`` block can change temporarily."""
 
-    _global_value = None
+class _dtype_setting(_dtype_value_context):
+    r"""A ``_dtype_value_context`` whose single positional value applies to every dtype.
+
+    ``cls(value)`` sets ``value`` for float, double and half (``None``: the per-dtype defaults);
+    ``cls(float_value=..., double_value=..., half_value=...)`` sets them one by one (an omitted one keeps its
+    current value). ``value(dtype)`` accepts a dtype or a tensor; ``bfloat16`` reads the half value and any other
+    dtype the double value.
+    """
+
+    _default_float_value: float = 0.0
+    _default_double_value: float = 0.0
+    _default_half_value: float = 0.0
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._global_float_value = cls._default_float_value
+        cls._global_double_value = cls._default_double_value
+        cls._global_half_value = cls._default_half_value
 
     @classmethod
-    def value(cls):
-        return cls._global_value
+    def value(cls, dtype):
+        if torch.is_tensor(dtype):
+            dtype = dtype.dtype
+        if dtype == torch.bfloat16:
+            dtype = torch.half
+        elif dtype not in (torch.float, torch.half):
+            dtype = torch.double
+        return super().value(dtype)
 
-    def __init__(self, value):
-        self._value = value
-        self._previous = None
+    def __init__(self, value=_UNSET, *, float_value=None, double_value=None, half_value=None):
+        if value is not _UNSET:
+            if float_value is not None or double_value is not None or half_value is not None:
+                name = type(self).__name__
+                raise ValueError(f"{name}: pass one value for every dtype or per-dtype values, not both.")
+            if value is None:
+                float_value, double_value, half_value = (
+                    self._default_float_value,
+                    self._default_double_value,
+                    self._default_half_value,
+                )
+            else:
+                float_value = double_value = half_value = float(value)
+        super().__init__(float_value=float_value, double_value=double_value, half_value=half_value)
 
-    def __enter__(self):
-        self._previous = type(self)._global_value
-        type(self)._global_value = self._value
-        return self
 
-    def __exit__(self, *exc):
-        type(self)._global_value = self._previous
-        return False
-
-
-class max_cholesky_size(_setting):
+class max_cholesky_size(_value_context):
     r"""Largest :math:`n` for which GPX factorises :math:`\mathbf C` densely (default 5000).
 
     Derived quantities (the mean cache :math:`\mathbf C^{-1}\mathbf y`, the latent predictive
@@ -66,27 +107,39 @@ class max_cholesky_size(_setting):
     _global_value = 5000
 
 
-class solve_tolerance(_setting):
-    r"""Relative CG residual for GPX's derived solves when CG is used (default ``None``: 1e-8
-    in float64, 1e-4 in float32; never looser than ``gpytorch.settings.eval_cg_tolerance``).
+class solve_tolerance(_dtype_setting):
+    r"""Relative CG residual for GPX's derived solves when CG is used (defaults: 1e-8 in float64, 1e-4 in
+    float32 and half; never looser than ``gpytorch.settings.eval_cg_tolerance``, see
+    :func:`derived_solve_tolerance`).
 
     The local weights :math:`\mathbb E[\mathbf w_*] = \mathbf B^\top\mathbf C^{-1}\mathbf y` inherit
     solve errors that are harmless for the predictive mean: GPyTorch's default evaluation
-    tolerance (1e-2) left errors of a few percent in them.
+    tolerance (1e-2) left errors of a few percent in them. ``solve_tolerance(tol)`` sets ``tol`` for every dtype.
+
+    Example:
+        >>> import torch
+        >>> from gpytorch_explain.settings import solve_tolerance
+        >>> solve_tolerance.value(torch.float64), solve_tolerance.value(torch.float32)
+        (1e-08, 0.0001)
+        >>> with solve_tolerance(1e-6):
+        ...     solve_tolerance.value(torch.float64), solve_tolerance.value(torch.float32)
+        (1e-06, 1e-06)
+        >>> with solve_tolerance(double_value=1e-10):
+        ...     solve_tolerance.value(torch.float64), solve_tolerance.value(torch.float32)
+        (1e-10, 0.0001)
     """
 
-    _global_value = None
+    _default_float_value = 1e-4
+    _default_double_value = 1e-8
+    _default_half_value = 1e-4
 
 
 def derived_solve_tolerance(dtype) -> float:
-    """The CG tolerance GPX uses for derived solves in ``dtype`` (see :class:`solve_tolerance`)."""
-    import torch
+    """The CG tolerance GPX uses for derived solves in ``dtype`` (see :class:`solve_tolerance`):
+    :math:`\\min(\\text{solve\\_tolerance}(\\text{dtype}), \\text{eval\\_cg\\_tolerance})`."""
     from gpytorch import settings as gsettings
 
-    tol = solve_tolerance.value()
-    if tol is None:
-        tol = 1e-4 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-8
-    return min(tol, gsettings.eval_cg_tolerance.value())
+    return min(solve_tolerance.value(dtype), gsettings.eval_cg_tolerance.value())
 
 
 def cg_iterations(size: int) -> int:
@@ -96,30 +149,28 @@ def cg_iterations(size: int) -> int:
     return max(gsettings.max_cg_iterations.value(), 2 * int(size))
 
 
-class max_cg_residual(_setting):
+class max_cg_residual(_dtype_setting):
     r"""Largest relative residual :math:`\|\mathbf C\mathbf x - \mathbf b\| / \|\mathbf b\|` a derived CG solve may
-    end with before :class:`~gpytorch_explain.errors.ConvergenceError` is raised (default ``None``: 1e-4 in
-    float64, 1e-2 in float32).
+    end with before :class:`~gpytorch_explain.errors.ConvergenceError` is raised (defaults: 1e-4 in float64, 1e-2
+    in float32 and half).
 
     CG aims at :class:`solve_tolerance` but may stall near it (finite precision) or stop at its
     iteration cap; a stall a few orders above the target is harmless, a failure is not.
+    ``max_cg_residual(r)`` sets ``r`` for every dtype.
     """
 
-    _global_value = None
+    _default_float_value = 1e-2
+    _default_double_value = 1e-4
+    _default_half_value = 1e-2
 
 
 def cg_residual_limit(dtype) -> float:
     """The residual above which a derived CG solve in ``dtype`` counts as failed (see :class:`max_cg_residual`)."""
-    import torch
-
-    limit = max_cg_residual.value()
-    if limit is None:
-        limit = 1e-2 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-4
-    return limit
+    return max_cg_residual.value(dtype)
 
 
-class use_grid_features(_setting):
-    r"""Whether GPX treats a KISS-GP base kernel through exact grid features (default ``True``).
+class use_grid_features(_feature_flag):
+    r"""Whether GPX treats a KISS-GP base kernel through exact grid features (default on).
 
     A KISS-GP kernel is :math:`\mathbf K = \mathbf W\mathbf K_{UU}\mathbf W^\top` (sparse interpolation
     :math:`\mathbf W`, Kronecker grid Gram :math:`\mathbf K_{UU}`). With the eigendecomposition of each
@@ -135,16 +186,20 @@ class use_grid_features(_setting):
     (:func:`gpytorch_explain.kernels.grid_operator`) with CG/Lanczos. With this setting off, GPX uses the lazy
     operator over GPyTorch's own interpolated operator (misordered for multi-dimensional grids whose dimensions
     differ, gpytorch 1.15.2; GPX warns).
+
+    Example:
+        >>> from gpytorch_explain.settings import use_grid_features
+        >>> use_grid_features.on()
+        True
+        >>> with use_grid_features(False):
+        ...     use_grid_features.on()
+        False
     """
 
-    _global_value = True
-
-    @classmethod
-    def on(cls) -> bool:
-        return bool(cls._global_value)
+    _default = True
 
 
-class max_grid_feature_width(_setting):
+class max_grid_feature_width(_value_context):
     r"""Largest :math:`d\,r` (explanation features times grid-root rank) for which GPX uses exact grid
     features with a KISS-GP base kernel (default 4096; see :class:`use_grid_features`).
 
@@ -155,41 +210,34 @@ class max_grid_feature_width(_setting):
     _global_value = 4096
 
 
-class grid_root_tolerance(_setting):
+class grid_root_tolerance(_dtype_setting):
     r"""Relative eigenvalue below which the grid Gram's eigenpairs are dropped from the grid root
-    (default ``None``: 1e-12 in float64, 1e-6 in float32; see :class:`use_grid_features`).
+    (defaults: 1e-12 in float64, 1e-6 in float32 and half; see :class:`use_grid_features`).
 
     An eigenpair of :math:`\mathbf K_{UU}` is kept when its eigenvalue exceeds this fraction of the
     largest. What is dropped changes each kernel entry by at most the tolerance times the largest
-    eigenvalue, far below the noise of any GPX model.
+    eigenvalue, far below the noise of any GPX model. ``grid_root_tolerance(t)`` sets ``t`` for every dtype.
     """
 
-    _global_value = None
+    _default_float_value = 1e-6
+    _default_double_value = 1e-12
+    _default_half_value = 1e-6
 
 
 def grid_root_threshold(dtype) -> float:
     """The relative eigenvalue cut of the grid root in ``dtype`` (see :class:`grid_root_tolerance`)."""
-    import torch
-
-    tol = grid_root_tolerance.value()
-    if tol is None:
-        tol = 1e-6 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-12
-    return tol
+    return grid_root_tolerance.value(dtype)
 
 
-class check_memory(_setting):
+class check_memory(_feature_flag):
     r"""Whether GPX estimates the memory of a dense or iterative path over the :math:`n \times n` covariance
     before it starts, and raises ``MemoryError`` (warns above half) when the machine does not have it
-    (default ``True``; see :func:`gpytorch_explain.utils.check_memory`)."""
+    (default on; see :func:`gpytorch_explain.utils.check_memory`)."""
 
-    _global_value = True
-
-    @classmethod
-    def on(cls) -> bool:
-        return bool(cls._global_value)
+    _default = True
 
 
-class scale_warning_range(_setting):
+class scale_warning_range(_value_context):
     r"""Range ``(low, high)`` of column standard deviations of :math:`\mathbf x`, :math:`\mathbf z` and
     :math:`\mathbf y` outside which :class:`~gpytorch_explain.GPXModel` warns that the data are far from unit
     scale (default ``(0.1, 10)``); ``y`` also warns when :math:`|\bar y| > 3\,\mathrm{std}(y)` (an offset the
@@ -205,21 +253,74 @@ class scale_warning_range(_setting):
 
 
 class max_block_elements(_value_context):
-    r"""Largest number of kernel entries a partitioned kernel product builds at once (default :math:`2^{24}`).
+    r"""The one memory setting: the element budget of every chunked computation (default :math:`2^{24}`).
 
-    :class:`PartitionedKernelLinearOperator` computes :math:`\mathbf K\mathbf V` (and, in the backward
-    pass, :math:`\partial\,\operatorname{tr}(\mathbf U^\top\mathbf K\mathbf V)/\partial\boldsymbol\theta`) over
-    blocks of ``b`` rows of :math:`\mathbf K`, with ``b * N * prod(batch_shape)`` at most this value (at
-    least one row). Its working memory is a few such blocks (the kernel's own intermediates, and their
-    autograd graph in the backward pass) plus the :math:`N \times t` right-hand side and result, so nothing
-    :math:`N \times N` is ever stored. The default is 128 MiB per block in float64 (64 MiB in float32);
-    larger blocks are faster on GPUs, smaller ones bound CPU memory tighter.
+    Every computation that goes in chunks (blocks of rows, of points, of columns) or that picks a lower-memory
+    path above a size reads its budget from this setting *at call time*, as a fixed multiple or fraction of it
+    (:func:`block_budget`; at least 1). The factors keep the default behaviour identical to the constants the
+    sites had before they were folded into this setting. With :math:`B` this value (:math:`2^{24}` entries by
+    default, 128 MiB in float64, 64 MiB in float32):
+
+    ======================================  =======  ==============  =========  =========  ==========================
+    site (:func:`block_budget` key)         factor   default         float64    float32    what it bounds
+    ======================================  =======  ==============  =========  =========  ==========================
+    ``partitioned_kernel``                  1        :math:`2^{24}`  128 MiB    64 MiB     kernel block ``b N batch``
+    ``attribution_points``                  1        :math:`2^{24}`  128 MiB    64 MiB     derived cross-cov. chunk
+    ``sgpr_train_rows``                     1/4      :math:`2^{22}`  32 MiB     16 MiB     SGPR training-row chunk
+    ``fallback_batched``                    2        :math:`2^{25}`  256 MiB    128 MiB    batched autograd Hessians
+    ``kernel_derivative_block``             1/2      :math:`2^{23}`  64 MiB     32 MiB     ``block_size`` default
+    ``rbf_moments``                         1/4      :math:`2^{22}`  32 MiB     16 MiB     RBF moment chunk
+    ``weight_root_z``                       2        :math:`2^{25}`  256 MiB    128 MiB    root R Z (size)
+    ``block_posterior``                     1/4      :math:`2^{22}`  32 MiB     16 MiB     point chunk
+    ``gpx_inducing``                        1/4      :math:`2^{22}`  32 MiB     16 MiB     row chunk
+    ``inducing_weight_posterior``           1/2      :math:`2^{23}`  64 MiB     32 MiB     point chunk
+    ``dense_block``                         1/8      :math:`2^{21}`  16 MiB     8 MiB      identity-column block
+    ``feature_block``                       1        :math:`2^{24}`  128 MiB    64 MiB     feature-row block
+    ``dense_feature``                       4        :math:`2^{26}`  512 MiB    256 MiB    densified grid features
+    ``grid_root_columns``                   1/64     :math:`2^{18}`  (columns)  (columns)  grid-root width
+    ``operator_grid``                       1        :math:`2^{24}`  (points)   (points)   product grid points
+    ======================================  =======  ==============  =========  =========  ==========================
+
+    Where each site is:
+
+    * ``partitioned_kernel``: :class:`PartitionedKernelLinearOperator` computes :math:`\mathbf K\mathbf V` (and,
+      in the backward pass, :math:`\partial\,\operatorname{tr}(\mathbf U^\top\mathbf K\mathbf V)/\partial
+      \boldsymbol\theta`) over blocks of ``b`` rows of :math:`\mathbf K`, with ``b * N * prod(batch_shape)`` at
+      most :math:`B` (at least one row); its working memory is a few such blocks plus the :math:`N \times t`
+      right-hand side and result, so nothing :math:`N \times N` is ever stored;
+    * ``attribution_points``: the point chunks of the attribution posteriors' derived cross-covariances
+      (``attribution/_quadrature.py``, :func:`point_chunks`);
+    * ``sgpr_train_rows``: the training-row chunks of the SGPR attribution sums (``attribution/sgpr.py``);
+    * ``fallback_batched``: the batched autograd second derivatives of the fallback path
+      (``attribution/fallback.py``);
+    * ``kernel_derivative_block``: the default ``block_size`` of ``grad_cross`` / ``grad_joint`` /
+      ``grad_point`` and the path-integral rules (``attribution/kernel_derivatives.py``, ``path_integrals.py``);
+    * ``rbf_moments``: the RBF closed-form moments (``attribution/_rbf_moments.py``);
+    * ``weight_root_z``: the largest :math:`\mathbf R\mathbf Z` root :class:`WeightPosteriorLinearOperator`
+      forms (above it, the root is not formed);
+    * ``block_posterior``, ``gpx_inducing``, ``inducing_weight_posterior``: the point/row chunks of
+      ``BlockPosteriorLinearOperator``, ``GPXInducingLinearOperator`` and
+      ``InducingWeightPosteriorLinearOperator``;
+    * ``dense_block``: densifying an interpolated (KISS-GP) operator through blocks of identity columns
+      (``LowRankHadamardLinearOperator``; at least 16 columns);
+    * ``feature_block``: the row blocks of Nyström features (``kernels/gpx_kernel.py``) and of grid features
+      (``operators/grid_interpolated_linear_operator.py``);
+    * ``dense_feature``: the feature entries allowed when a grid root too wide for Woodbury is densified
+      (``kernels/gpx_kernel.py``);
+    * ``grid_root_columns`` and ``operator_grid``: the widest grid root :func:`grid_features` forms without
+      ``max_width``, and the largest product grid :func:`grid_operator` builds densely
+      (``kernels/ski_features.py``).
+
+    Larger budgets are faster on GPUs, smaller ones bound CPU memory tighter; results do not depend on it
+    (up to floating-point summation order).
 
     Example:
-        >>> from gpytorch_explain.settings import max_block_elements
+        >>> from gpytorch_explain.settings import block_budget, max_block_elements
         >>> with max_block_elements(1000):
-        ...     max_block_elements.value()
-        1000
+        ...     max_block_elements.value(), block_budget("sgpr_train_rows"), block_budget("weight_root_z")
+        (1000, 250, 2000)
+        >>> block_budget("sgpr_train_rows") == 2**22
+        True
     """
 
     _global_value = 2**24
@@ -229,3 +330,33 @@ class max_block_elements(_value_context):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"max_block_elements must be a positive int, got {value!r}.")
         cls._global_value = value
+
+
+#: ``site: (multiplier, divisor)`` of :class:`max_block_elements` (the table in its docstring).
+_BUDGET_FACTORS: dict[str, tuple[int, int]] = {
+    "partitioned_kernel": (1, 1),
+    "attribution_points": (1, 1),
+    "sgpr_train_rows": (1, 4),
+    "fallback_batched": (2, 1),
+    "kernel_derivative_block": (1, 2),
+    "rbf_moments": (1, 4),
+    "weight_root_z": (2, 1),
+    "block_posterior": (1, 4),
+    "gpx_inducing": (1, 4),
+    "inducing_weight_posterior": (1, 2),
+    "dense_block": (1, 8),
+    "feature_block": (1, 1),
+    "dense_feature": (4, 1),
+    "grid_root_columns": (1, 64),
+    "operator_grid": (1, 1),
+}
+
+
+def block_budget(site: str) -> int:
+    r"""The element budget of ``site``: :math:`\max(1, \lfloor B\,p / q \rfloor)` with :math:`B` the current
+    :class:`max_block_elements` and :math:`(p, q)` the site's factor (see the table there)."""
+    try:
+        mul, div = _BUDGET_FACTORS[site]
+    except KeyError:
+        raise ValueError(f"Unknown block budget site {site!r}; known: {sorted(_BUDGET_FACTORS)}.") from None
+    return max(1, max_block_elements.value() * mul // div)

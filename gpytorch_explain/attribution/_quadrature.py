@@ -13,9 +13,10 @@ One home for what used to be three Gauss–Legendre helpers and four chunking he
 * :func:`chunk_slices` — consecutive slices of ``total`` items holding at most ``budget`` elements each (at
   least one item per slice);
 * :func:`point_chunks` — slices of the points of ``x`` whose derived cross-covariance with ``X`` stays within
-  :data:`MAX_ROW_ELEMENTS`.
+  :class:`~gpytorch_explain.settings.max_block_elements`.
 
-Budgets are read when called, so a module constant patched at run time takes effect.
+Budgets are read from :class:`gpytorch_explain.settings.max_block_elements` when called, so
+``with gpytorch_explain.settings.max_block_elements(b):`` takes effect at once.
 
 Example:
     >>> import torch
@@ -36,11 +37,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..settings import block_budget
+
 __all__ = ["MAX_ROW_ELEMENTS", "chunk_slices", "gauss_legendre", "gauss_legendre_np", "numel", "point_chunks"]
 
 #: largest number of elements of the derived cross-covariance (points x D x n training inputs, or x M inducing points
 #: for variational and SGPR models) formed at once; above it the mean is computed in chunks of points and the
-#: covariance operator recomputes its rows per chunk (``lazy_rows``)
+#: covariance operator recomputes its rows per chunk (``lazy_rows``). This is the value at the default
+#: ``max_block_elements`` (kept for import compatibility); the live budget is ``block_budget("attribution_points")``.
 MAX_ROW_ELEMENTS = 2**24
 
 
@@ -75,7 +79,8 @@ def chunk_slices(total: int, per_item: int, budget: int) -> list[slice]:
 
 
 def point_chunks(x: Tensor, X: Tensor, batch_shape: tuple[int, ...] = ()) -> list[slice]:
-    """Slices of the ``m`` points of ``x`` whose cross-covariance with ``X`` has at most :data:`MAX_ROW_ELEMENTS`."""
+    """Slices of the ``m`` points of ``x`` whose cross-covariance with ``X`` has at most
+    :class:`~gpytorch_explain.settings.max_block_elements` elements (read at call time)."""
     batch = torch.broadcast_shapes(x.shape[:-2], X.shape[:-2], batch_shape).numel()
     per_point = max(1, batch * x.size(-1) * X.size(-2))
-    return chunk_slices(x.size(-2), per_point, MAX_ROW_ELEMENTS)
+    return chunk_slices(x.size(-2), per_point, block_budget("attribution_points"))

@@ -12,6 +12,7 @@ import math
 import torch
 from torch import Tensor
 
+from ..settings import block_budget
 from ._quadrature import chunk_slices, gauss_legendre
 
 _SQRT_PI_2 = math.sqrt(math.pi) / 2
@@ -28,13 +29,12 @@ _PANEL_RISE = 8.0
 _PAIR_TAIL = 50.0
 #: Hard cap on the number of outer panels (reached only for :math:`\|\boldsymbol\delta\| \gtrsim 3000`).
 _MAX_PANELS = 1024
-#: Element budget of the largest temporaries (per chunk).
-_CHUNK = 1 << 22
 
 
 def _chunks(m: int, per_row: int) -> list[slice]:
-    """Slices of ``m`` rows within the :data:`_CHUNK` element budget (``[slice(0, 0)]`` when ``m`` is 0)."""
-    return chunk_slices(m, per_row, _CHUNK) or [slice(0, 0)]
+    """Slices of ``m`` rows within the element budget ``max_block_elements // 4`` (``[slice(0, 0)]`` when ``m``
+    is 0)."""
+    return chunk_slices(m, per_row, block_budget("rbf_moments")) or [slice(0, 0)]
 
 
 def _switch_h(dtype: torch.dtype) -> float:

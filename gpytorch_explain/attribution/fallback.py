@@ -50,6 +50,7 @@ from torch import Tensor
 
 from .._compat import is_botorch_model
 from ..errors import KernelNotDifferentiableError
+from ..settings import block_budget
 from ._quadrature import gauss_legendre
 from .attribution_distribution import AttributionDistribution
 from .completeness_gaps import CompletenessGaps
@@ -65,8 +66,6 @@ __all__ = [
     "path_nodes",
 ]
 
-#: largest number of elements of the batched second-stage gradients held at once
-_MAX_BATCHED = 2**25
 
 
 class JointPosterior:
@@ -271,7 +270,7 @@ def _mixed(joint: JointPosterior, nodes: Tensor, weights: Tensor, shifts: list[t
                 outs.append(nodes.new_zeros(m, D, m, D))
                 continue
             rows = []
-            step = max(1, _MAX_BATCHED // max(1, N * N))
+            step = max(1, block_budget("fallback_batched") // max(1, N * N))
             eye = torch.eye(m * D, dtype=c.dtype, device=c.device)
             for r0 in range(0, m * D, step):
                 r1 = min(m * D, r0 + step)
@@ -352,7 +351,7 @@ def fallback_memory_estimate(functional: Functional, x: Tensor, order: int, num_
     nodes = 1 if isinstance(functional, GradientFunctional) else functional.num_baselines * int(order)
     N = m * nodes
     size = x.element_size()
-    rows = min(m * D, max(1, _MAX_BATCHED // max(1, N * N)))
+    rows = min(m * D, max(1, block_budget("fallback_batched") // max(1, N * N)))
     return size * (6 * (num_train + 4 * N) ** 2 + 4 * rows * N * N + 8 * N * num_train)
 
 

@@ -16,7 +16,6 @@ import torch
 from gpytorch import settings as gsettings
 from gpytorch.distributions import MultitaskMultivariateNormal
 from gpytorch.kernels import Kernel, LinearKernel, ProductKernel
-from gpytorch.likelihoods import _GaussianLikelihoodBase
 from gpytorch.models import ApproximateGP, ExactGP
 from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
 from gpytorch.utils.errors import CachingError
@@ -25,6 +24,7 @@ from linear_operator.operators import DiagLinearOperator
 from torch import Tensor
 
 from .. import settings as xsettings
+from .._compat import _GaussianLikelihoodBase
 from ..errors import ModelStateError
 from ..operators import AttributionPosteriorLinearOperator
 from ..utils import ensure_prediction_strategy
@@ -344,7 +344,7 @@ class _FunctionalPosterior:
         r"""The attribution GP at ``x`` (``(m, D)`` or ``(*batch, m, D)``).
 
         For an ``ExactGP`` the derived cross-covariance :math:`\mathbf B` (``m × D × n``) is formed at once only
-        when it has at most :data:`MAX_ROW_ELEMENTS` elements. Otherwise the mean
+        when it has at most :class:`~gpytorch_explain.settings.max_block_elements` elements. Otherwise the mean
         :math:`\mathbf B^\top\boldsymbol\alpha` is accumulated over chunks of points and the covariance
         operator recomputes the rows of :math:`\mathbf B` chunk by chunk when it needs them (memory
         :math:`O(\text{chunk}\cdot Dn)`; the results are the same up to round-off). SGPR models condition

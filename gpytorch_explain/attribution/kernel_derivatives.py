@@ -85,14 +85,29 @@ from gpytorch.kernels import (
 from torch import Tensor
 
 from ..errors import KernelNotDifferentiableError
+from ..settings import block_budget
 from ._derivative_leaves import _Derivs, _derivs
 from ._quadrature import chunk_slices, numel
 from .functionals import IntegratedGradientFunctional, check_inputs
 
-__all__ = ["KernelNotDifferentiableError", "grad_cross", "grad_joint", "grad_point", "kernel_derivatives"]
+__all__ = [
+    "KernelNotDifferentiableError",
+    "default_block_size",
+    "grad_cross",
+    "grad_joint",
+    "grad_point",
+    "kernel_derivatives",
+]
 
-#: Default element budget of the largest temporaries of one block.
+#: Element budget of the largest temporaries of one block at the default ``max_block_elements`` (kept for import
+#: compatibility; the live default is :func:`default_block_size`, ``max_block_elements // 2``).
 DEFAULT_BLOCK = 1 << 23
+
+
+def default_block_size(block_size: int | None = None) -> int:
+    """``block_size``, or when ``None`` the element budget of one block read from
+    :class:`gpytorch_explain.settings.max_block_elements` at call time (half of it: :math:`2^{23}` by default)."""
+    return block_budget("kernel_derivative_block") if block_size is None else int(block_size)
 
 
 # =====================================================================================================================
@@ -195,7 +210,7 @@ def kernel_derivatives(
 
 
 def grad_cross(
-    kernel: Kernel, x: Tensor, X: Tensor, *, method: str = "auto", block_size: int = DEFAULT_BLOCK
+    kernel: Kernel, x: Tensor, X: Tensor, *, method: str = "auto", block_size: int | None = None
 ) -> Tensor:
     r""":math:`\operatorname{Cov}(\partial_i f(\mathbf x_p), f(\mathbf X_j)) = \partial_i k(\mathbf x_p, \mathbf
     X_j)`, ``(*batch, m, D, n)``.
@@ -204,6 +219,7 @@ def grad_cross(
         for every leaf; a diagnostic — not valid at coincident points for GPyTorch's distance-based kernels).
     """
     _check_method(method)
+    block_size = default_block_size(block_size)
     bshape, (x, X) = _setup(kernel, x, X)
     m, dims, n = x.size(-2), x.size(-1), X.size(-2)
     out = x.new_zeros(*bshape, m, dims, n)
@@ -215,7 +231,7 @@ def grad_cross(
 
 
 def grad_joint(
-    kernel: Kernel, x1: Tensor, x2: Tensor, *, method: str = "auto", block_size: int = DEFAULT_BLOCK
+    kernel: Kernel, x1: Tensor, x2: Tensor, *, method: str = "auto", block_size: int | None = None
 ) -> Tensor:
     r""":math:`\operatorname{Cov}(\partial_i f(\mathbf x_p), \partial_j f(\mathbf x'_q)) = \partial_i\partial'_j
     k(\mathbf x_p, \mathbf x'_q)`, ``(*batch, m1, D, m2, D)``.
@@ -223,6 +239,7 @@ def grad_joint(
     Exact at coincident points (closed forms, e.g. :math:`\sigma^2\tfrac53\delta_{ij}/\ell_i^2` for Matérn-5/2).
     """
     _check_method(method)
+    block_size = default_block_size(block_size)
     bshape, (x1, x2) = _setup(kernel, x1, x2)
     m1, dims, m2 = x1.size(-2), x1.size(-1), x2.size(-2)
     out = x1.new_zeros(*bshape, m1, dims, m2, dims)
@@ -233,10 +250,11 @@ def grad_joint(
     return out
 
 
-def grad_point(kernel: Kernel, x: Tensor, *, method: str = "auto", block_size: int = DEFAULT_BLOCK) -> Tensor:
+def grad_point(kernel: Kernel, x: Tensor, *, method: str = "auto", block_size: int | None = None) -> Tensor:
     r""":math:`\operatorname{Var}`-blocks :math:`\partial_i\partial'_j k(\mathbf x_p, \mathbf x_p)`,
     ``(*batch, m, D, D)``."""
     _check_method(method)
+    block_size = default_block_size(block_size)
     bshape, (x,) = _setup(kernel, x)
     m, dims = x.size(-2), x.size(-1)
     out = x.new_zeros(*bshape, m, dims, dims)

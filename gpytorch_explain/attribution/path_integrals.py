@@ -88,7 +88,7 @@ from ._kinks import (
 from ._path_pairs import _corner_rules, _pair_radial, _special_pairs, _tensor_rule
 from ._quadrature import chunk_slices, gauss_legendre, numel
 from .functionals import IntegratedGradientFunctional
-from .kernel_derivatives import DEFAULT_BLOCK, _as_baselines, _check_method, _owner_eval, _setup
+from .kernel_derivatives import _as_baselines, _check_method, _owner_eval, _setup, default_block_size
 
 __all__ = ["ig_cross", "ig_joint", "ig_point"]
 
@@ -117,7 +117,7 @@ def ig_cross(
     return_error: bool = False,
     method: str = "auto",
     kink_tol: float = DEFAULT_KINK_TOL,
-    block_size: int = DEFAULT_BLOCK,
+    block_size: int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     r""":math:`\operatorname{Cov}(\mathrm{IG}_i f(\mathbf x_p), f(\mathbf X_j)) = \frac1k\sum_r \Delta_{pr,i}
     \int_0^1 \partial_i k(\mathbf b_r + t\boldsymbol\Delta_{pr}, \mathbf X_j)\,dt`, ``(*batch, m, D, n)``.
@@ -129,6 +129,7 @@ def ig_cross(
     :param kink_tol: relative distance under which a path counts as passing through a point.
     """
     _check_method(method)
+    block_size = default_block_size(block_size)
     orders = _orders(order, return_error)
     bshape, (x, X) = _setup(kernel, x, X)
     b = _as_baselines(baselines, x)
@@ -349,7 +350,7 @@ def ig_joint(
     return_error: bool = False,
     method: str = "auto",
     kink_tol: float = DEFAULT_KINK_TOL,
-    block_size: int = DEFAULT_BLOCK,
+    block_size: int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     r""":math:`\operatorname{Cov}(\mathrm{IG}_i f(\mathbf x_p), \mathrm{IG}_j f(\mathbf x'_q))`,
     ``(*batch, m1, D, m2, D)``.
@@ -363,6 +364,7 @@ def ig_joint(
     the kinks, see the module docs) for Matérn terms. ``baselines2`` defaults to ``baselines``.
     """
     _check_method(method)
+    block_size = default_block_size(block_size)
     orders = _orders(order, return_error)
     bshape, (x1, x2) = _setup(kernel, x1, x2)
     b1 = _as_baselines(baselines, x1)
@@ -393,7 +395,7 @@ def ig_point(
     return_error: bool = False,
     method: str = "auto",
     kink_tol: float = DEFAULT_KINK_TOL,
-    block_size: int = DEFAULT_BLOCK,
+    block_size: int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     r"""Per-point blocks :math:`\operatorname{Cov}(\mathrm{IG}_i f(\mathbf x_p), \mathrm{IG}_j f(\mathbf x_p))`,
     ``(*batch, m, D, D)``.
@@ -402,6 +404,7 @@ def ig_point(
     :math:`(1, 1)`; both are integrated on Duffy-mapped triangles (module docs).
     """
     _check_method(method)
+    block_size = default_block_size(block_size)
     orders = _orders(order, return_error)
     bshape, (x,) = _setup(kernel, x)
     b = _as_baselines(baselines, x)

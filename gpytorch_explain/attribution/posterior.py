@@ -40,7 +40,8 @@ class PosteriorGradient(_FunctionalPosterior):
     SGPR models (an ``ExactGP`` whose ``covar_module`` is an ``InducingPointKernel``) use the same formulas with
     the optimal :math:`q(\mathbf u)` of their training data and the base kernel as the prior, computed once in
     :math:`O(nM^2)` and cached on the prediction strategy (:mod:`~gpytorch_explain.attribution.sgpr`). For large
-    ``ExactGP``\ s the derived cross-covariances are formed in chunks of points (:data:`MAX_ROW_ELEMENTS`).
+    ``ExactGP``\ s the derived cross-covariances are formed in chunks of points
+    (:class:`~gpytorch_explain.settings.max_block_elements`).
 
     Differentiation is linear, so under the GP posterior the gradient is a GP:
 

@@ -65,7 +65,8 @@ the *base* kernel (closed forms where available). In whitened form, with :math:`
 :math:`\mathbf I - \mathbf A^{-1} = \mathbf A^{-1}(\mathbf A - \mathbf I)`.
 
 **Cost.** :math:`\mathbf V\boldsymbol\Lambda^{-1}\mathbf V^\top` and :math:`\mathbf V\boldsymbol\Lambda^{-1}
-\mathbf r` are accumulated over chunks of training rows (:data:`TRAIN_CHUNK_ELEMENTS`): :math:`O(nM^2)` time,
+\mathbf r` are accumulated over chunks of training rows (``max_block_elements // 4`` elements, see
+:class:`gpytorch_explain.settings.max_block_elements`): :math:`O(nM^2)` time,
 :math:`O(M^2 + n)` memory beyond one chunk, never anything :math:`n\times n`. The inducing-space algebra runs in
 float64 (GPyTorch's ``_linalg_dtype_cholesky``) and is cached on the model's prediction strategy, so it is
 recomputed only when GPyTorch itself rebuilds its caches (``model.train()``, ``set_train_data``, ...). Each call
@@ -79,13 +80,14 @@ from gpytorch import settings as gsettings
 from gpytorch.kernels import InducingPointKernel, Kernel
 from gpytorch.means import Mean
 from gpytorch.models import ExactGP
-from gpytorch.settings import _linalg_dtype_cholesky
 from linear_operator import to_dense
 from linear_operator.operators import LowRankRootAddedDiagLinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
+from .._compat import _linalg_dtype_cholesky
 from ..errors import ModelStateError
+from ..settings import block_budget
 from ..utils import ensure_prediction_strategy
 from ._quadrature import chunk_slices
 from .derived import DEFAULT_ORDER
@@ -101,7 +103,9 @@ __all__ = [
     "sgpr_model_parts",
 ]
 
-#: largest number of elements of :math:`\mathbf K_{\mathbf{UX}}` formed at once (training rows are chunked)
+#: largest number of elements of :math:`\mathbf K_{\mathbf{UX}}` formed at once at the default
+#: ``max_block_elements`` (kept for import compatibility; the live budget is ``block_budget("sgpr_train_rows")``,
+#: ``max_block_elements // 4``)
 TRAIN_CHUNK_ELEMENTS = 2**22
 
 _CACHE_ATTR = "_gpytorch_explain_sgpr_conditioning"
@@ -156,8 +160,8 @@ def _noise_diagonal(strategy) -> Tensor:
 
 
 def _train_rows(total: int, width: int) -> list[slice]:
-    """Slices of training rows whose ``width``-wide blocks hold at most :data:`TRAIN_CHUNK_ELEMENTS` elements."""
-    return chunk_slices(total, width, TRAIN_CHUNK_ELEMENTS)
+    """Slices of training rows whose ``width``-wide blocks hold at most ``max_block_elements // 4`` elements."""
+    return chunk_slices(total, width, block_budget("sgpr_train_rows"))
 
 
 def _compute_conditioning(model: ExactGP, strategy) -> VariationalConditioning:

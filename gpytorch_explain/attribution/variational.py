@@ -57,7 +57,6 @@ from gpytorch.distributions import Delta, MultivariateNormal
 from gpytorch.kernels import Kernel
 from gpytorch.means import Mean
 from gpytorch.models import ApproximateGP
-from gpytorch.settings import _linalg_dtype_cholesky
 from gpytorch.variational import (
     IndependentMultitaskVariationalStrategy,
     LargeBatchVariationalStrategy,
@@ -69,6 +68,7 @@ from linear_operator import to_dense
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
+from .._compat import _linalg_dtype_cholesky
 from ..errors import ModelStateError
 from ._quadrature import point_chunks
 from .attribution_distribution import AttributionDistribution

@@ -24,23 +24,16 @@ from ..constraints import FlooredPositive
 from ..mlls.gpx_inducing_point_added_loss_term import GPXInducingPointAddedLossTerm
 from ..operators import GPXInducingLinearOperator, LowRankHadamardLinearOperator
 from ..operators.sample_diag_added_linear_operator import _SampleDiagAddedLinearOperator
+from ..settings import block_budget
 from .ski_features import gpytorch_grid_order_matters, grid_features, grid_operator, supports_grid_features
 
 __all__ = ["GPXKernel"]
 
 
-#: Entries of the feature matrix allowed for a grid root too wide for Woodbury when the covariance is densified
-#: (``n`` up to the dense limit): ``K = ΦΦᵀ`` in ``n² r`` flops.
-DENSE_FEATURE_ELEMENTS = 2**26
-
 
 def _has_product_structure(kernel: Kernel) -> bool:
     return any(isinstance(m, ProductStructureKernel) for m in kernel.modules())
 
-
-#: Entries of ``K_xU`` evaluated at once by :func:`inducing_features` (its rows go in blocks): the kernel's
-#: temporaries are then of this size rather than ``n × M`` each (4 GB apiece at a million rows, M = 512).
-FEATURE_BLOCK_ELEMENTS = 2**24
 
 
 def inducing_features(kernel: InducingPointKernel, x: Tensor) -> Tensor:
@@ -53,7 +46,7 @@ def inducing_features(kernel: InducingPointKernel, x: Tensor) -> Tensor:
     inducing = kernel.inducing_points
     inv_root = kernel._inducing_inv_root
     rows = x.size(-2)
-    block = max(1, FEATURE_BLOCK_ELEMENTS // max(inducing.size(-2), 1))
+    block = max(1, block_budget("feature_block") // max(inducing.size(-2), 1))
     if rows <= block:
         return to_dense(kernel.base_kernel(x, inducing)) @ inv_root
 
@@ -358,7 +351,8 @@ class GPXKernel(Kernel):
             rows = max(x1.size(-2), x2.size(-2))
             if rows > max(gsettings.max_cholesky_size.value(), explain_settings.max_cholesky_size.value()):
                 return None
-            feats = grid_features(self.base_kernel, x1, None if same else x2, max_width=DENSE_FEATURE_ELEMENTS // rows)
+            width = block_budget("dense_feature") // rows
+            feats = grid_features(self.base_kernel, x1, None if same else x2, max_width=width)
             if feats is None:
                 return None
             wide = True

@@ -71,12 +71,6 @@ from ..operators.grid_interpolated_linear_operator import _GridInterpolatedLinea
 
 __all__ = ["cover_grid", "fit_grid", "grid_features", "grid_operator", "supports_grid_features"]
 
-#: The widest grid root formed when ``grid_features`` is given no ``max_width``.
-MAX_ROOT_COLUMNS = 2**18
-
-#: The largest product grid (points) that :func:`grid_operator` interpolates a ``ProductStructureKernel`` on.
-MAX_OPERATOR_GRID = 2**24
-
 def _plain(kernel: Kernel) -> bool:
     return kernel.active_dims is None and len(kernel.batch_shape) == 0
 
@@ -355,7 +349,8 @@ def grid_features(
     :param x2: Optional second inputs ``(n2, D)``.
     :param max_width: Return ``None`` when the root has more columns than this.
     :return: ``(phi1, phi2)`` (``phi2`` is ``None`` without ``x2``), or ``None`` when the root is wider than
-        ``max_width``. Without ``max_width``, a root wider than ``MAX_ROOT_COLUMNS`` raises ``ValueError``.
+        ``max_width``. Without ``max_width``, a root wider than ``max_block_elements // 64`` columns
+        (:class:`gpytorch_explain.settings.max_block_elements`) raises ``ValueError``.
 
     Example:
         >>> import torch, gpytorch
@@ -383,13 +378,13 @@ def grid_features(
     x2_ = x1 if x2 is None else x2
     base, idx1, val1, idx2, val2 = _interpolated(gik, x1, x2_, last_dim_is_batch=additive or product)
     threshold = explain_settings.grid_root_threshold(x1.dtype)
-    limit = MAX_ROOT_COLUMNS if max_width is None else max_width
+    limit = explain_settings.block_budget("grid_root_columns") if max_width is None else max_width
 
     def too_wide():
         if max_width is not None:
             return None
         raise ValueError(
-            f"The grid root has more than {MAX_ROOT_COLUMNS} columns (many dimensions, a fine grid or short "
+            f"The grid root has more than {limit} columns (many dimensions, a fine grid or short "
             "lengthscales); pass max_width, or raise gpytorch_explain.settings.grid_root_tolerance."
         )
 
@@ -461,7 +456,7 @@ def grid_operator(kernel: Kernel, x1: Tensor, x2: Tensor | None = None) -> Linea
       opposite order to its interpolation index (see :func:`_grid_factors`).
     * A ``ProductStructureKernel`` over a one-dimensional grid: by the face-splitting identity it is the KISS-GP
       on the :math:`D`-dimensional product grid (:math:`4^D` weights per row), built when that grid has at most
-      ``MAX_OPERATOR_GRID`` points. GPyTorch multiplies Lanczos roots of the factors instead.
+      ``max_block_elements`` points. GPyTorch multiplies Lanczos roots of the factors instead.
 
     Unlike :func:`grid_features` nothing is truncated, so this is the path for roots too wide for features
     (matrix products only: CG). Returns ``None`` for the structures GPyTorch evaluates exactly (one-dimensional
@@ -487,7 +482,7 @@ def grid_operator(kernel: Kernel, x1: Tensor, x2: Tensor | None = None) -> Linea
         return None
     if product:
         size = gik.grid[0].numel()
-        if size ** x1.size(-1) > MAX_OPERATOR_GRID:
+        if size ** x1.size(-1) > explain_settings.block_budget("operator_grid"):
             return None
         base, idx1, val1, idx2, val2 = _interpolated(gik, x1, x1 if x2 is None else x2, last_dim_is_batch=True)
         grams = base.to_dense()

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.likelihoods import BernoulliLikelihood, Likelihood, MultitaskGaussianLikelihood
-from gpytorch.likelihoods.gaussian_likelihood import _GaussianLikelihoodBase
 from torch import Tensor
 
+from .._compat import _GaussianLikelihoodBase
 from ..distributions import GPXMultivariateNormal
 
 __all__ = [

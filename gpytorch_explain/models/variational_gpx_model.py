@@ -37,14 +37,12 @@ from gpytorch.likelihoods import (
     MultitaskGaussianLikelihood,
     SoftmaxLikelihood,
 )
-from gpytorch.likelihoods.gaussian_likelihood import _GaussianLikelihoodBase
 from gpytorch.models import ApproximateGP
 from gpytorch.variational import (
     CholeskyVariationalDistribution,
     MeanFieldVariationalDistribution,
     NaturalVariationalDistribution,
 )
-from gpytorch.variational._variational_distribution import _VariationalDistribution
 from linear_operator.operators import (
     IdentityLinearOperator,
     KroneckerProductLinearOperator,
@@ -52,6 +50,7 @@ from linear_operator.operators import (
 )
 from torch import Tensor
 
+from .._compat import _GaussianLikelihoodBase, _VariationalDistribution
 from ..distributions import GPXMultivariateNormal
 from ..explanation import GPXExplanation
 from ..fit import fit_variational_gpx_model

@@ -9,13 +9,10 @@ from linear_operator.operators import LinearOperator
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
-from ..settings import cg_iterations, derived_solve_tolerance
+from ..settings import block_budget, cg_iterations, derived_solve_tolerance
 from ..utils.linalg import solve_checked
 
 __all__ = ["BlockPosteriorLinearOperator"]
-
-#: number of scalars processed per chunk when forming the reduction term
-_CHUNK_ELEMENTS = 2**22
 
 FACTOR_TYPES = ("cholesky", "root", "solve")
 
@@ -140,7 +137,7 @@ class BlockPosteriorLinearOperator(LinearOperator):
 
     def _chunks(self):
         per_point = self._elements_per_point()
-        step = max(1, _CHUNK_ELEMENTS // max(per_point, 1))
+        step = max(1, block_budget("block_posterior") // max(per_point, 1))
         for start in range(0, self.num_points, step):
             yield slice(start, min(start + step, self.num_points))
 

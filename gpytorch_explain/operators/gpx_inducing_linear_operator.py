@@ -9,12 +9,10 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
+from ..settings import block_budget
 from .low_rank_hadamard_linear_operator import LowRankHadamardLinearOperator
 
 __all__ = ["GPXInducingLinearOperator"]
-
-#: scalars of the implicit root R processed per chunk when forming R^T D^-1 R
-_CHUNK_ELEMENTS = 2**22
 
 
 def _contiguous_range(index, size: int) -> tuple[int, int] | None:
@@ -31,7 +29,7 @@ def _root_block(phi: Tensor, z: Tensor) -> Tensor:
 
 
 def _row_chunks(n: int, width: int):
-    step = max(1, _CHUNK_ELEMENTS // max(width, 1))
+    step = max(1, block_budget("gpx_inducing") // max(width, 1))
     for start in range(0, n, step):
         yield slice(start, min(start + step, n))
 

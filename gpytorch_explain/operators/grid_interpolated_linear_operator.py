@@ -39,13 +39,12 @@ from linear_operator.utils import sparse
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
+from ..settings import block_budget
+
 __all__: list[str] = []
 
-#: Entries of the feature matrix computed at once (rows go in blocks of this many entries).
-FEATURE_BLOCK_ELEMENTS = 2**24
-
 def _blocks(rows: int, width: int):
-    step = max(1, FEATURE_BLOCK_ELEMENTS // max(width, 1))
+    step = max(1, block_budget("feature_block") // max(width, 1))
     return [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
 
 

@@ -8,10 +8,9 @@ from linear_operator.operators import LinearOperator, to_linear_operator
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
-__all__ = ["InducingWeightPosteriorLinearOperator"]
+from ..settings import block_budget
 
-#: scalars of the whitened right-hand sides processed per chunk
-_CHUNK_ELEMENTS = 2**23
+__all__ = ["InducingWeightPosteriorLinearOperator"]
 
 
 class InducingWeightPosteriorLinearOperator(LinearOperator):
@@ -131,7 +130,7 @@ class InducingWeightPosteriorLinearOperator(LinearOperator):
 
     def _chunks(self):
         dm = self.capacitance_cholesky.size(-1)
-        step = max(1, _CHUNK_ELEMENTS // max(dm * self.num_features, 1))
+        step = max(1, block_budget("inducing_weight_posterior") // max(dm * self.num_features, 1))
         for start in range(0, self.num_points, step):
             yield slice(start, min(start + step, self.num_points))
 

@@ -8,6 +8,8 @@ from linear_operator.operators import InterpolatedLinearOperator, LinearOperator
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
+from ..settings import block_budget
+
 __all__ = ["LowRankHadamardLinearOperator"]
 
 _noop_index = slice(None, None, None)
@@ -214,12 +216,6 @@ class LowRankHadamardLinearOperator(LinearOperator):
         return self.__class__(self.base_linear_op._mul_constant(other), self.left_factor, self.right_factor)
 
 
-#: Densifying a structured base operator takes products with blocks of identity columns holding at most
-#: this many entries each (``n × block``). Interpolated (KISS-GP) operators expand a product's
-#: right-hand side by their interpolation width (64 for cubic interpolation in 3-D), so densifying
-#: one in a single product would need ``64 n²`` entries of workspace.
-DENSE_BLOCK_ELEMENTS = 2**21
-
 
 def _has_interpolation(op) -> bool:
     if isinstance(op, InterpolatedLinearOperator):
@@ -232,7 +228,7 @@ def _dense(op: LinearOperator) -> Tensor:
     if not _has_interpolation(op):
         return op.to_dense()
     rows, cols = op.size(-2), op.size(-1)
-    block = max(16, DENSE_BLOCK_ELEMENTS // max(rows, 1))
+    block = max(16, block_budget("dense_block") // max(rows, 1))
     if block >= cols:
         return op.to_dense()
     eye = torch.eye(cols, dtype=op.dtype, device=op.device)

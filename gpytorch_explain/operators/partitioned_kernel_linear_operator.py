@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from linear_operator.functions._matmul import Matmul
+from linear_operator import to_dense
 from linear_operator.operators import KernelLinearOperator, LinearOperator
-from linear_operator.operators._linear_operator import to_dense
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
+from .._compat import Matmul
 from ..settings import max_block_elements
 
 __all__ = ["PartitionedKernelLinearOperator", "max_block_elements", "block_rows"]

@@ -8,12 +8,10 @@ from linear_operator.operators import LinearOperator, to_linear_operator
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
+from ..settings import block_budget
 from .block_posterior_linear_operator import BlockPosteriorLinearOperator
 
 __all__ = ["WeightPosteriorLinearOperator"]
-
-#: largest :math:`[\mathbf R \odot \mathbf z_l]_l` (in scalars) kept for a LOVE root's per-point blocks
-_ROOT_Z_ELEMENTS = 2**25
 
 
 class WeightPosteriorLinearOperator(BlockPosteriorLinearOperator):
@@ -107,10 +105,11 @@ class WeightPosteriorLinearOperator(BlockPosteriorLinearOperator):
     @cached(name="root_times_z")
     def _root_times_z(self) -> Tensor | None:
         r""":math:`[\mathbf R \odot \mathbf z_l]_l` (``(*batch, n, r·d)``), formed once for all chunks of points;
-        ``None`` when it would exceed :data:`_ROOT_Z_ELEMENTS` scalars."""
+        ``None`` when it would exceed ``2 * max_block_elements`` scalars
+        (:class:`gpytorch_explain.settings.max_block_elements`)."""
         n, d = self.train_z.shape[-2:]
         r = self.factor.size(-1)
-        if self.factor.shape[:-2].numel() * n * r * d > _ROOT_Z_ELEMENTS:
+        if self.factor.shape[:-2].numel() * n * r * d > block_budget("weight_root_z"):
             return None
         return (self.factor.unsqueeze(-1) * self.train_z.unsqueeze(-2)).reshape(*self.factor.shape[:-2], n, r * d)
 

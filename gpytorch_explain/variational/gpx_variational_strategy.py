@@ -30,12 +30,11 @@ from typing import TYPE_CHECKING
 import torch
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.utils.memoize import cached
-from gpytorch.variational._variational_distribution import _VariationalDistribution
-from gpytorch.variational._variational_strategy import _VariationalStrategy
 from linear_operator.operators import DiagLinearOperator, MatmulLinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
+from .._compat import _VariationalDistribution, _VariationalStrategy
 from ..distributions import GPXMultivariateNormal
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import gpytorch_explain
 import gpytorch_explain.attribution._quadrature as Q
 from gpytorch_explain.attribution._rbf_moments import _chunks as rbf_chunks
 
@@ -52,13 +53,13 @@ def test_rbf_chunks_keep_one_empty_slice_for_no_rows():
     assert rbf_chunks(3, 1) == [slice(0, 3)]
 
 
-def test_point_chunks_read_the_budget_when_called(monkeypatch):
+def test_point_chunks_read_the_budget_when_called():
     x = torch.zeros(2, 5, 3)  # batch 2, m = 5, D = 3
     X = torch.zeros(4, 3)  # n = 4: 2 * 3 * 4 = 24 elements per point
     assert Q.point_chunks(x, X) == [slice(0, 5)]
-    monkeypatch.setattr(Q, "MAX_ROW_ELEMENTS", 48)
-    assert Q.point_chunks(x, X) == [slice(0, 2), slice(2, 4), slice(4, 5)]
-    assert Q.point_chunks(x, X, batch_shape=(3, 1)) == [slice(i, i + 1) for i in range(5)]  # 6 * 12 = 72 > 48
+    with gpytorch_explain.settings.max_block_elements(48):
+        assert Q.point_chunks(x, X) == [slice(0, 2), slice(2, 4), slice(4, 5)]
+        assert Q.point_chunks(x, X, batch_shape=(3, 1)) == [slice(i, i + 1) for i in range(5)]  # 6 * 12 = 72 > 48
 
 
 def test_numel():

@@ -24,7 +24,6 @@ from linear_operator import to_dense
 import gpytorch_explain
 import gpytorch_explain.attribution._quadrature as chunking_module
 import gpytorch_explain.attribution.sgpr as sgpr_module
-import gpytorch_explain.operators.block_posterior_linear_operator as block_module
 from gpytorch_explain import GPXModel, PosteriorGradient, PosteriorIntegratedGradients
 from gpytorch_explain.attribution import DerivedCovariance, GradientFunctional, IntegratedGradientFunctional
 from gpytorch_explain.errors import ModelStateError
@@ -345,8 +344,9 @@ def test_sgpr_training_rows_in_chunks(monkeypatch):
     with torch.no_grad():
         ref = PosteriorGradient(model)(xs)
         model.prediction_strategy = None
-        monkeypatch.setattr(sgpr_module, "TRAIN_CHUNK_ELEMENTS", 8 * 7)  # 7 training rows per chunk
-        out = PosteriorGradient(model)(xs)
+        with gpytorch_explain.settings.max_block_elements(4 * 8 * 7):  # 7 training rows (M = 8) per chunk
+            assert len(sgpr_module._train_rows(30, 8)) == 5
+            out = PosteriorGradient(model)(xs)
     _rel_close(out.mean, ref.mean, 1e-12, "chunked training rows mean")
     _rel_close(out.covariance_matrix, ref.covariance_matrix, 1e-12, "chunked training rows covariance")
 
@@ -461,11 +461,13 @@ def test_exact_chunked_equals_unchunked(monkeypatch, path, kind, functional):
             assert not post.lazy_covariance_matrix.lazy_rows
             assert post.lazy_covariance_matrix.factor_type == path
             ref = _outputs(post, rhs)
-            monkeypatch.setattr(chunking_module, "MAX_ROW_ELEMENTS", 1)  # one point per mean chunk
-            monkeypatch.setattr(block_module, "_CHUNK_ELEMENTS", 2 * D * 30)  # two points per operator chunk
-            post = make(model)(xs)
-            assert post.lazy_covariance_matrix.lazy_rows
-            out = _outputs(post, rhs)
+            # n = 30: 4 points (2 with the batch) per mean chunk, 1 point per operator chunk
+            with gpytorch_explain.settings.max_block_elements(4 * D * 30):
+                assert len(chunking_module.point_chunks(xs, model.train_inputs[0])) > 1
+                post = make(model)(xs)
+                assert post.lazy_covariance_matrix.lazy_rows
+                assert len(list(post.lazy_covariance_matrix._chunks())) == xs.size(-2)
+                out = _outputs(post, rhs)
         finally:
             for s in reversed(settings):
                 s.__exit__(None, None, None)
@@ -478,11 +480,12 @@ def test_exact_chunked_keeps_gradients(monkeypatch):
     model = _exact("ard")
     xs = _points(4, 3, seed=25)
     grads = []
-    for limit in (chunking_module.MAX_ROW_ELEMENTS, 1):
-        monkeypatch.setattr(chunking_module, "MAX_ROW_ELEMENTS", limit)
+    for limit in (gpytorch_explain.settings.max_block_elements.value(), 1):
         model.zero_grad()
-        out = PosteriorGradient(model)(xs)
-        (out.mean.sum() + out.variance.sum()).backward()
+        with gpytorch_explain.settings.max_block_elements(limit):
+            assert len(chunking_module.point_chunks(xs, model.train_inputs[0])) == (1 if limit > 1 else 4)
+            out = PosteriorGradient(model)(xs)
+            (out.mean.sum() + out.variance.sum()).backward()
         grads.append(model.covar_module.base_kernel.raw_lengthscale.grad.clone())
     _rel_close(grads[1], grads[0], 1e-10, "hyperparameter gradients, chunked")
 
@@ -527,16 +530,15 @@ def test_inducing_models_chunked_equals_unchunked(monkeypatch, which):
     with torch.no_grad():
         ig = lambda mdl: PosteriorIntegratedGradients(mdl, baseline=torch.zeros(2, dtype=DTYPE))  # noqa: E731
         for make in (PosteriorGradient, ig):
-            monkeypatch.setattr(chunking_module, "MAX_ROW_ELEMENTS", chunking_module.MAX_ROW_ELEMENTS)
             post = make(model)(xs)
             assert not post.lazy_covariance_matrix.lazy_rows
             ref = _outputs(post, rhs)
-            monkeypatch.setattr(chunking_module, "MAX_ROW_ELEMENTS", 1)
-            monkeypatch.setattr(block_module, "_CHUNK_ELEMENTS", 2 * 2 * 6)
-            post = make(model)(xs)
-            assert post.lazy_covariance_matrix.lazy_rows
-            out = _outputs(post, rhs)
-            monkeypatch.undo()
+            # D = 2, M = 6 or 8: at most 3 points per mean chunk, 1 point per operator chunk
+            with gpytorch_explain.settings.max_block_elements(4 * 2 * 6):
+                post = make(model)(xs)
+                assert post.lazy_covariance_matrix.lazy_rows
+                assert len(list(post.lazy_covariance_matrix._chunks())) == xs.size(-2)
+                out = _outputs(post, rhs)
             for key in ref:
                 assert out[key].shape == ref[key].shape, key
                 _rel_close(out[key], ref[key], 1e-12, f"chunked {key}")

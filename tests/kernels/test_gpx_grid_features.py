@@ -20,6 +20,7 @@ from gpytorch.utils.interpolation import Interpolation
 from linear_operator.operators import MatmulLinearOperator
 from linear_operator.utils.warnings import NumericalWarning
 
+import gpytorch_explain
 from gpytorch_explain import GPXModel
 from gpytorch_explain import settings as explain_settings
 from gpytorch_explain.kernels import grid_features, supports_grid_features
@@ -298,8 +299,9 @@ def test_features_in_row_blocks_keep_memory_and_gradients(monkeypatch):
     phi, _ = grid_features(kernel, x)
     lengthscale = kernel.base_kernel.base_kernel.raw_lengthscale
     ref_grad = torch.autograd.grad((phi.sin()).sum(), lengthscale)[0]
-    monkeypatch.setattr(ski_features, "FEATURE_BLOCK_ELEMENTS", 7 * phi.size(1))  # blocks of 7 rows
-    blocked, _ = grid_features(kernel, x)
+    with gpytorch_explain.settings.max_block_elements(7 * phi.size(1)):  # blocks of 7 rows
+        assert len(ski_features._blocks(40, phi.size(1))) == 6
+        blocked, _ = grid_features(kernel, x, max_width=phi.size(1))
     torch.testing.assert_close(blocked, phi, rtol=1e-12, atol=1e-13)
     grad = torch.autograd.grad((blocked.sin()).sum(), lengthscale)[0]
     torch.testing.assert_close(grad, ref_grad, rtol=1e-8, atol=1e-10)

@@ -22,6 +22,7 @@ from gpytorch.kernels import (
 )
 from linear_operator.operators import DenseLinearOperator, KernelLinearOperator, LinearOperator
 
+import gpytorch_explain
 from gpytorch_explain import GPXKernel, GPXModel, LowRankHadamardLinearOperator, settings
 from tests.helpers import generator as _gen
 
@@ -216,10 +217,10 @@ def test_kissgp_to_dense_in_blocks_matches_and_keeps_gradients(monkeypatch):
     z = torch.randn(40, 2, dtype=DTYPE, generator=_gen(1))
     ref = _dense_gpx(base(x, x).to_dense(), z, z)
     ref_grad = torch.autograd.grad(ref.sum(), base.base_kernel.raw_lengthscale)[0]
-    monkeypatch.setattr(mod, "DENSE_BLOCK_ELEMENTS", 40 * 16)  # blocks of 16 columns: 3 products
     op = LowRankHadamardLinearOperator(base(x, x), z, z)
     assert mod._has_interpolation(op._evaluated_base())  # the blocked path is the one under test
-    dense = op.to_dense()
+    with gpytorch_explain.settings.max_block_elements(8 * 40 * 16):  # budget // 8: blocks of 16 columns, 3 products
+        dense = op.to_dense()
     torch.testing.assert_close(dense, ref, **TOL)
     grad = torch.autograd.grad(dense.sum(), base.base_kernel.raw_lengthscale)[0]
     torch.testing.assert_close(grad, ref_grad, **TOL)

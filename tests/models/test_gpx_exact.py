@@ -26,6 +26,7 @@ import torch
 from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
+import gpytorch_explain
 from gpytorch_explain import GPXModel, WeightPosteriorLinearOperator
 
 DTYPE = torch.float64
@@ -497,15 +498,10 @@ def test_weight_posterior_root_factor_exact(case):
 def test_weight_posterior_root_factor_chunked(monkeypatch, held):
     """The LOVE form's per-point blocks in many small chunks, with [R ⊙ z_l] held once for all chunks or
     (above its size limit) rows of B times R chunk by chunk, equal the brute force."""
-    from gpytorch_explain.operators import block_posterior_linear_operator, weight_posterior_linear_operator
-
     prob = make_problem(CASES[0])
     ref = prob.brute()
     m, d = ref["w_mean"].shape
     ref_blocks = torch.stack([ref["w_cov"][p * d : (p + 1) * d, p * d : (p + 1) * d] for p in range(m)])
-    monkeypatch.setattr(block_posterior_linear_operator, "_CHUNK_ELEMENTS", 1)  # one point per chunk
-    if not held:
-        monkeypatch.setattr(weight_posterior_linear_operator, "_ROOT_Z_ELEMENTS", 0)
     with torch.no_grad():
         lazy = prob.model.predict_weights(prob.Xs).lazy_covariance_matrix
         L = lazy.factor
@@ -513,9 +509,14 @@ def test_weight_posterior_root_factor_chunked(monkeypatch, held):
         root_op = WeightPosteriorLinearOperator(
             lazy.prior_covar, lazy.cross_covar, lazy.train_z, root, factor_type="root"
         )
-        assert len(list(root_op._chunks())) == m
-        assert (root_op._root_times_z() is not None) == held
-        assert_close(root_op.point_blocks(), ref_blocks, what="chunked root-form point_blocks")
+        n, r = root_op.num_train, root_op.factor.size(-1)
+        # [R ⊙ z_l] is held up to 2 * budget scalars; the point chunks hold budget // 4 scalars
+        budget = -(-n * r * d // 2) if held else (n * r * d - 1) // 2
+        with gpytorch_explain.settings.max_block_elements(budget):
+            step = max(1, (budget // 4) // root_op._elements_per_point())
+            assert len(list(root_op._chunks())) == -(-m // step) > 1
+            assert (root_op._root_times_z() is not None) == held
+            assert_close(root_op.point_blocks(), ref_blocks, what="chunked root-form point_blocks")
 
 
 def test_weight_posterior_differentiable(problem):

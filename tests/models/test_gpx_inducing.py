@@ -10,6 +10,7 @@ from gpytorch.kernels import InducingPointKernel, RBFKernel, ScaleKernel
 from linear_operator.operators import DiagLinearOperator, LowRankRootAddedDiagLinearOperator
 from linear_operator.test.linear_operator_test_case import LinearOperatorTestCase
 
+import gpytorch_explain
 import gpytorch_explain.operators.gpx_inducing_linear_operator as inducing_module
 from gpytorch_explain import GPXModel
 from gpytorch_explain import settings as explain_settings
@@ -51,8 +52,9 @@ def _dense(phi, z, diag):
 
 @pytest.mark.parametrize("chunk", [None, 7])
 def test_woodbury_solve_logdet_and_gradients(monkeypatch, chunk):
-    if chunk is not None:  # several row chunks (with checkpointing in the backward pass)
-        monkeypatch.setattr(inducing_module, "_CHUNK_ELEMENTS", chunk)
+    if chunk is not None:  # several row chunks (with checkpointing in the backward pass): budget // 4 = chunk
+        monkeypatch.setattr(gpytorch_explain.settings.max_block_elements, "_global_value", 4 * chunk)
+        assert gpytorch_explain.settings.block_budget("gpx_inducing") == chunk
     gen = torch.Generator().manual_seed(0)
     n, m_ind, d = 40, 5, 3
     phi = torch.randn(n, m_ind, generator=gen, dtype=DT).requires_grad_(True)
@@ -270,8 +272,9 @@ def test_model_adopts_its_likelihood_for_the_trace_term():
 @pytest.mark.parametrize("chunk", [None, 9])
 def test_chunked_weighted_gram_gradients(monkeypatch, chunk):
     """The custom backward of R^T diag(w) R (row chunks, symmetric blocks) against autograd's gradcheck."""
-    if chunk is not None:
-        monkeypatch.setattr(inducing_module, "_CHUNK_ELEMENTS", chunk)
+    if chunk is not None:  # budget // 4 = chunk
+        monkeypatch.setattr(gpytorch_explain.settings.max_block_elements, "_global_value", 4 * chunk)
+        assert gpytorch_explain.settings.block_budget("gpx_inducing") == chunk
     gen = torch.Generator().manual_seed(2)
     phi = torch.randn(7, 3, generator=gen, dtype=DT, requires_grad=True)
     z = torch.randn(7, 2, generator=gen, dtype=DT, requires_grad=True)
@@ -307,9 +310,8 @@ def test_inducing_features_in_row_blocks(monkeypatch, grad):
     ipk = model.base_kernel
     ref = gpx_kernel.inducing_features(ipk, x)
     ref_grad = torch.autograd.grad(ref.sum(), ipk.inducing_points)[0]
-    monkeypatch.setattr(gpx_kernel, "FEATURE_BLOCK_ELEMENTS", 7 * 12)  # 12 rows per block (M = 7): 5 blocks
-    with torch.set_grad_enabled(grad):
-        phi = gpx_kernel.inducing_features(ipk, x)
+    with torch.set_grad_enabled(grad), gpytorch_explain.settings.max_block_elements(7 * 12):  # 12 rows (M = 7)
+        phi = gpx_kernel.inducing_features(ipk, x)  # in 5 blocks
     assert phi.requires_grad == grad
     assert torch.allclose(phi, ref, rtol=1e-12, atol=1e-14)
     if grad:
