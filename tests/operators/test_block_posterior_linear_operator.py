@@ -14,8 +14,8 @@ import torch
 from linear_operator.operators import LinearOperator
 from linear_operator.test.linear_operator_test_case import LinearOperatorTestCase
 
-import gpytorch_explain.operators.block_posterior_linear_operator as block_module
 from gpytorch_explain.operators import BlockPosteriorLinearOperator
+from gpytorch_explain.settings import max_block_elements
 
 N, M, D = 5, 3, 2
 
@@ -106,8 +106,8 @@ class TestBlockPosteriorLinearOperator(LinearOperatorTestCase, unittest.TestCase
         """One chunk, and one point per chunk (the in-place buffered solves without autograd)."""
         dense = self.evaluate_linear_op(self.create_linear_op()).detach()
         expected = torch.stack([dense[..., p * D : (p + 1) * D, p * D : (p + 1) * D] for p in range(M)], dim=-3)
-        for chunk in (block_module._CHUNK_ELEMENTS, 1):
-            with unittest.mock.patch.object(block_module, "_CHUNK_ELEMENTS", chunk), torch.no_grad():
+        for budget in (max_block_elements.value(), 1):  # block_budget("block_posterior"): the default; 1 element
+            with max_block_elements(budget), torch.no_grad():
                 op = self.create_linear_op()
                 torch.testing.assert_close(op.point_blocks(), expected, rtol=1e-10, atol=1e-10)
                 torch.testing.assert_close(op.to_dense(), dense, rtol=1e-10, atol=1e-10)

@@ -12,8 +12,8 @@ import torch
 from linear_operator.operators import DenseLinearOperator
 from linear_operator.test.linear_operator_test_case import LinearOperatorTestCase
 
-import gpytorch_explain.operators.inducing_weight_posterior_linear_operator as module
 from gpytorch_explain.operators import InducingWeightPosteriorLinearOperator
+from gpytorch_explain.settings import max_block_elements
 
 M_POINTS, M_IND, D = 3, 2, 2  # m test points, M inducing features, d explanation features: an md = 6 operator
 
@@ -70,9 +70,11 @@ class TestInducingWeightPosteriorLinearOperator(LinearOperatorTestCase, unittest
         m = dense.size(-1) // D
         expected = torch.stack([dense[..., p * D : (p + 1) * D, p * D : (p + 1) * D] for p in range(m)], dim=-3)
         for solve_route in (False, True):
-            for chunk in (module._CHUNK_ELEMENTS, D * D * M_IND):  # one chunk; one point per chunk
+            # block_budget("inducing_weight_posterior") is half the setting: the default (one chunk), and one point
+            # per chunk
+            for budget in (max_block_elements.value(), 2 * D * D * M_IND):
                 fresh = self.create_linear_op()
-                with unittest.mock.patch.object(module, "_CHUNK_ELEMENTS", chunk), unittest.mock.patch.object(
+                with max_block_elements(budget), unittest.mock.patch.object(
                     InducingWeightPosteriorLinearOperator, "_solve_route", lambda self, r=solve_route: r
                 ):
                     torch.testing.assert_close(fresh.point_blocks().detach(), expected, rtol=1e-12, atol=1e-12)

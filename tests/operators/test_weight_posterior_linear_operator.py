@@ -11,8 +11,8 @@ import torch
 from linear_operator.operators import DenseLinearOperator
 from linear_operator.test.linear_operator_test_case import LinearOperatorTestCase
 
-import gpytorch_explain.operators.block_posterior_linear_operator as block_module
 from gpytorch_explain import WeightPosteriorLinearOperator
+from gpytorch_explain.settings import max_block_elements
 
 N, M, D = 5, 3, 2  # training points, test points, explanation features: an md = 6 operator
 SIGMA_W2, SIGMA_Y2 = 1.0, 1.0  # large noises keep the posterior well conditioned (diagonal between 1 and 2)
@@ -90,8 +90,8 @@ class TestWeightPosteriorLinearOperatorCholesky(_Float64, LinearOperatorTestCase
         """Per-point blocks (hence the diagonal) in one chunk and one point per chunk."""
         dense = self.evaluate_linear_op(self.create_linear_op()).detach()
         expected = torch.stack([dense[..., p * D : (p + 1) * D, p * D : (p + 1) * D] for p in range(M)], dim=-3)
-        for chunk in (block_module._CHUNK_ELEMENTS, 1):
-            with unittest.mock.patch.object(block_module, "_CHUNK_ELEMENTS", chunk), torch.no_grad():
+        for budget in (max_block_elements.value(), 1):  # block_budget("block_posterior"): the default; 1 element
+            with max_block_elements(budget), torch.no_grad():
                 op = self.create_linear_op()
                 torch.testing.assert_close(op.point_blocks(), expected, rtol=1e-10, atol=1e-10)
                 torch.testing.assert_close(op.to_dense(), dense, rtol=1e-10, atol=1e-10)
