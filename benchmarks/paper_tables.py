@@ -282,6 +282,7 @@ def run_split(ds: str, x: np.ndarray, y: np.ndarray, seed: int, args) -> dict:
         log(f"  Localized mse {res['mse']['Localized']:.3f} faith "
             f"{res['metrics']['Localized']['faithfulness']:.3f} ({res['time']['Localized/train']:.0f}s)")
     res["n_train"], res["m_test"], res["n_eval_agnostic"] = n_tr, m, int(len(sub_eval))
+    res["seed"], res["fit_rows"], res["gp_iter"] = seed, int(min(args.fit_max, n_tr)), args.gp_iter
     return res
 
 
@@ -315,6 +316,16 @@ def ms(values) -> str:
     if v.size == 1:
         return f"{v[0]:.3f}"
     return f"{v.mean():.3f} ± {v.std(ddof=1):.3f}"
+
+
+def _row_label(runs: list, args) -> str:
+    """"k splits", plus the GP fitting rows where they differ from the header's ``--fit-max``."""
+    lab = f"{len(runs)} splits"
+    fits = sorted({(r.get("fit_rows"), r.get("n_train"), r.get("gp_iter")) for r in runs}, key=str)
+    for rows, n_tr, it in fits:
+        if rows is not None and (rows != min(args.fit_max, n_tr) or it != args.gp_iter):
+            lab += f"; GPs fitted on {'all ' if rows == n_tr else ''}{rows} rows, GPR/ARD {it} L-BFGS its"
+    return lab
 
 
 def write_markdown(all_res: dict, args, path: Path) -> str:
@@ -352,7 +363,7 @@ def write_markdown(all_res: dict, args, path: Path) -> str:
                 if key != "mse" and meth in ("GPR+LIME", "GPR+SHAP") and runs and meth in runs[0]["metrics"]:
                     flag = f" ({runs[0]['metrics'][meth]['n_eval']}/{runs[0]['m_test']})"
                 cells.append(f"**{ours}**{flag} / *{paper}*")
-            L.append(f"| {ds} ({len(runs)} splits) | " + " | ".join(cells) + " |")
+            L.append(f"| {ds} ({_row_label(runs, args)}) | " + " | ".join(cells) + " |")
         L.append("")
     L += ["(n/m) after LIME/SHAP: explained n of m test samples per split; their stability neighbourhood is those n.",
           "", "## Stability details (GPX)", "",
@@ -449,6 +460,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=DATASETS, choices=DATASETS)
     p.add_argument("--splits", type=int, default=5)
+    p.add_argument("--first-split", type=int, default=0,
+                   help="seed of the first split (run splits first-split .. first-split + splits - 1)")
     p.add_argument("--quick", action="store_true", help="2 splits, small subsets: a smoke run of the pipeline")
     p.add_argument("--fit-max", type=int, default=2500, help="rows for fitting GP hyperparameters")
     p.add_argument("--gp-iter", type=int, default=100, help="L-BFGS iterations for GPR/ARD")
@@ -471,9 +484,14 @@ def main() -> None:
     out = Path(args.out or RESULTS / ("paper_tables_quick.md" if args.quick else "paper_tables.md"))
     raw_path = out.with_suffix(".json")
     if args.merge:
+        # Splits of one dataset from several files are pooled (later files win for a repeated seed; records
+        # written before seeds were stored count as seeds 0, 1, ... in file order).
         merged: dict = {}
         for path in args.merge:
-            merged.update(json.loads(Path(path).read_text()))
+            for ds, runs in json.loads(Path(path).read_text()).items():
+                by_seed = {r.get("seed", i): r for i, r in enumerate(merged.get(ds, []))}
+                by_seed.update({r.get("seed", i): r for i, r in enumerate(runs)})
+                merged[ds] = [by_seed[k] for k in sorted(by_seed)]
         merged = {ds: merged[ds] for ds in DATASETS if merged.get(ds)}  # datasets with at least one split
         raw_path.write_text(json.dumps(merged, indent=1))
         plot_fig2(merged, out.with_name("paper_fig2_sufficiency.png"))
@@ -489,7 +507,7 @@ def main() -> None:
             x, y = standardise(x), standardise(y[:, None])[:, 0]
             log(f"{ds}: n = {len(x)}, d = {x.shape[1]}")
             all_res[ds] = []
-            for seed in range(args.splits):
+            for seed in range(args.first_split, args.first_split + args.splits):
                 t0 = time.perf_counter()
                 all_res[ds].append(run_split(ds, x, y, seed, args))
                 log(f" split {seed} done in {time.perf_counter() - t0:.0f}s")
