@@ -186,12 +186,14 @@ def evaluate(name, expl_out, x_eval, predict_fn, m_total, rec, out_key):
         w = expl_out.weights if expl_out.weights is not None else c
         stab_per = stability(x_eval, w, reduction="none")
         stab2 = stability(x_eval, w, eps=EPS2, reduction="none")
+        stab_g = stability(x_eval, w, reduction="none", standardise="global")
     rec[out_key] = {
         "faithfulness": float(np.nanmean(faith)),
         "faith_nan": int(np.isnan(faith).sum()),
         "sufficiency": suff.mean(1).tolist(),
         "stability": float(np.nanmean(stab_per)) if np.isfinite(stab_per).any() else float("nan"),
         "stab_with_neighbour": int(np.isfinite(stab_per).sum()),
+        "stability_global": float(np.nanmean(stab_g)) if np.isfinite(stab_g).any() else float("nan"),
         "stability_eps2": float(np.nanmean(stab2)) if np.isfinite(stab2).any() else float("nan"),
         "stab2_with_neighbour": int(np.isfinite(stab2).sum()),
         "n_eval": int(x_eval.shape[0]),
@@ -348,6 +350,10 @@ def write_markdown(all_res: dict, args, path: Path) -> str:
          ["GPX", "GPR+LIME", "GPR+SHAP", "KL", "Localized", "Network"]),
         (f"Table 3b: stability with ε = {EPS2} (ours only; paper column repeats its ε = 0.05 values)",
          "stability_eps2", ["GPX", "GPR+LIME", "GPR+SHAP", "KL", "Localized", "Network"]),
+        ("Table 3c: stability, ε = 0.05, weights standardised by one std over all entries "
+         "(`stability(..., standardise=\"global\")`; the paper's \"standardized weights\" fits both; only splits "
+         "run after this column was added have it, n/a otherwise)",
+         "stability_global", ["GPX", "GPR+LIME", "GPR+SHAP", "KL", "Localized", "Network"]),
     ]
     for title, key, methods in tables:
         L += [f"## {title}", "", "| dataset | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
@@ -358,10 +364,13 @@ def write_markdown(all_res: dict, args, path: Path) -> str:
                     ours = ms([r["mse"].get(meth) for r in runs])
                 else:
                     ours = ms([r["metrics"].get(meth, {}).get(key) for r in runs])
-                paper = PAPER.get(key.replace("_eps2", ""), {}).get(ds, {}).get(meth, "–")
+                paper = PAPER.get(key.replace("_eps2", "").replace("_global", ""), {}).get(ds, {}).get(meth, "–")
                 flag = ""
                 if key != "mse" and meth in ("GPR+LIME", "GPR+SHAP") and runs and meth in runs[0]["metrics"]:
                     flag = f" ({runs[0]['metrics'][meth]['n_eval']}/{runs[0]['m_test']})"
+                if key == "stability_global":
+                    have = sum(r["metrics"].get(meth, {}).get(key) is not None for r in runs)
+                    flag += f" [{have} of {len(runs)} splits]" if have < len(runs) else ""
                 cells.append(f"**{ours}**{flag} / *{paper}*")
             L.append(f"| {ds} ({_row_label(runs, args)}) | " + " | ".join(cells) + " |")
         L.append("")
