@@ -46,6 +46,7 @@ import warnings
 from pathlib import Path
 
 import gpytorch
+import linear_operator
 import numpy as np
 import torch
 from sklearn.datasets import load_diabetes, load_digits
@@ -130,12 +131,24 @@ class GPR(gpytorch.models.ExactGP):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
 
-def fit_gpr(x: torch.Tensor, y: torch.Tensor, ard: bool, max_iter: int) -> GPR:
+def fit_gpr(x: torch.Tensor, y: torch.Tensor, ard: bool, max_iter: int, noise_floor: float = 1e-4) -> GPR:
+    """Fit; if the covariance stops being PD during the search, refit from the start with a 100x noise floor."""
+    try:
+        return _fit_gpr(x, y, ard, max_iter, noise_floor)
+    except linear_operator.utils.errors.NotPSDError:
+        if noise_floor >= 1e-2:
+            raise
+        log(f"  {'ARD' if ard else 'GPR'} fit: covariance not PD with noise floor {noise_floor:g}; "
+            f"refitting with {noise_floor * 100:g}")
+        return fit_gpr(x, y, ard, max_iter, noise_floor * 100)
+
+
+def _fit_gpr(x: torch.Tensor, y: torch.Tensor, ard: bool, max_iter: int, noise_floor: float) -> GPR:
     model = GPR(x, y, ard).double()
     # A noise floor of 1e-4 (y is standardised): Abalone has near-duplicate rows, and without it the ARD fit drove
     # the noise towards 0 until the covariance was singular even with 1e-3 jitter.
-    model.likelihood.noise_covar.register_constraint("raw_noise", gpytorch.constraints.GreaterThan(1e-4))
-    model.likelihood.noise = 0.01
+    model.likelihood.noise_covar.register_constraint("raw_noise", gpytorch.constraints.GreaterThan(noise_floor))
+    model.likelihood.noise = max(0.01, 2 * noise_floor)
     model.covar_module.outputscale = 1.0
     ls = median_heuristic_lengthscale(x)
     model.covar_module.base_kernel.lengthscale = ls * torch.ones_like(model.covar_module.base_kernel.lengthscale)
