@@ -17,7 +17,7 @@
 # settings; its splits also carry the stability with one global weight std, Table 3c, and replace batch 1's
 # Fish splits of the same seed). --merge pools the splits of each dataset over the files (a later file wins for
 # a repeated seed). Batch 2 was stopped at the deadline: Digits (5 splits) and Fish (5) finished, Wine after
-# split 0 (one split takes ~17 min here), Abalone after 3 splits.
+# split 0 (one split takes ~17 min here), Abalone after 2 splits (a third finished but was not merged in time).
 set -e
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD OMP_NUM_THREADS=1
