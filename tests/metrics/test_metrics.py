@@ -184,6 +184,28 @@ def test_stability_global_weights_score_zero_and_duplicates_excluded():
     assert per[2] == pytest.approx(3 / math.sqrt(2) / 0.01)
 
 
+def test_stability_global_standardisation_hand_computed():
+    # same points as test_stability_hand_computed; weights (1,0), (0,1), (1,1): all six entries have
+    # mean 2/3 and population std sqrt(2)/3, so ||w~1 - w~0|| = sqrt(2) / (sqrt(2)/3) = 3 -> 3 / 0.05 = 60
+    x = np.array([[0.0, 0.0], [0.04, 0.03], [5.0, 5.0]])
+    w = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    assert stability(x, w, standardise="global") == pytest.approx(60.0)
+    # columns with different scales: per-column and global now differ. w = [[0, 0], [1, 10], [2, 20]]
+    w2 = np.array([[0.0, 0.0], [1.0, 10.0], [2.0, 20.0]])
+    x2 = np.array([[0.0], [0.01], [1.0]])  # only the pair (0, 1) are neighbours
+    g = w2.std()  # one std over all six entries
+    expected_global = math.hypot(1.0, 10.0) / g / 0.01
+    expected_column = math.hypot(1.0 / w2[:, 0].std(), 10.0 / w2[:, 1].std()) / 0.01
+    # z = x has D = 1 but d = 2 weights: pass a z with ||z1 - z0|| = 0.01
+    z2 = np.array([[0.0, 0.0], [0.01, 0.0], [1.0, 0.0]])
+    assert stability(x2, w2, z=z2, standardise="global") == pytest.approx(expected_global)
+    assert stability(x2, w2, z=z2) == pytest.approx(expected_column)
+    assert expected_global != pytest.approx(expected_column)
+    assert stability(x2, np.ones((3, 2)), z=z2, standardise="global") == 0.0  # a global model still scores 0
+    with pytest.raises(ValueError, match="standardise"):
+        stability(x2, w2, z=z2, standardise="rows")
+
+
 def test_stability_no_neighbours_warns_nan():
     with pytest.warns(RuntimeWarning, match="none of the 2"):
         assert math.isnan(stability(np.array([[0.0], [1.0]]), np.array([[1.0], [2.0]])))
