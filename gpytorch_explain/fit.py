@@ -98,6 +98,7 @@ def fit_gpx_model(
     data, parameters and the objective's work take float64 memory; when that fails ``model.check_memory``
     (``MemoryError``), the fit warns and runs in the model's dtype.
     ``fit_dtype=torch.float32`` keeps the old behaviour.
+
     :return: The model, in eval mode; ``model.fit_history`` holds the losses (one per objective evaluation),
         ``model.fit_iterations`` and ``model.fit_evaluations`` the counts.
     """

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 r"""Settings of gpytorch-explain, used like ``gpytorch.settings`` (as context managers).
 
-Every setting is built on GPyTorch's own setting classes (imported through :mod:`gpytorch_explain._compat`):
+Every setting is built on GPyTorch's own setting classes (imported through ``gpytorch_explain._compat``):
 
 * on/off switches are ``gpytorch.settings._feature_flag``\ s (:class:`use_grid_features`, :class:`check_memory`),
   read with ``.on()``;
@@ -289,7 +289,7 @@ class max_block_elements(_value_context):
       most :math:`B` (at least one row); its working memory is a few such blocks plus the :math:`N \times t`
       right-hand side and result, so nothing :math:`N \times N` is ever stored;
     * ``attribution_points``: the point chunks of the attribution posteriors' derived cross-covariances
-      (``attribution/_quadrature.py``, :func:`point_chunks`);
+      (``attribution/_quadrature.py``, ``point_chunks``);
     * ``sgpr_train_rows``: the training-row chunks of the SGPR attribution sums (``attribution/sgpr.py``);
     * ``fallback_batched``: the batched autograd second derivatives of the fallback path
       (``attribution/fallback.py``);
@@ -307,8 +307,9 @@ class max_block_elements(_value_context):
       (``operators/grid_interpolated_linear_operator.py``);
     * ``dense_feature``: the feature entries allowed when a grid root too wide for Woodbury is densified
       (``kernels/gpx_kernel.py``);
-    * ``grid_root_columns`` and ``operator_grid``: the widest grid root :func:`grid_features` forms without
-      ``max_width``, and the largest product grid :func:`grid_operator` builds densely
+    * ``grid_root_columns`` and ``operator_grid``: the widest grid root
+      :func:`~gpytorch_explain.kernels.grid_features` forms without ``max_width``, and the largest product grid
+      :func:`~gpytorch_explain.kernels.grid_operator` builds densely
       (``kernels/ski_features.py``).
 
     Larger budgets are faster on GPUs, smaller ones bound CPU memory tighter; results do not depend on it
