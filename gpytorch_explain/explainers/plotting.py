@@ -13,6 +13,15 @@ from .base import ExplainerOutput, to_numpy
 __all__ = ["plot_summary", "plot_weight_maps"]
 
 
+def _horizontal(ax) -> dict:
+    """Keyword for a horizontal box plot: ``orientation`` (Matplotlib >= 3.10, where ``vert`` is deprecated), else
+    ``vert=False``."""
+    import inspect
+
+    params = inspect.signature(ax.boxplot).parameters
+    return {"orientation": "horizontal"} if "orientation" in params else {"vert": False}
+
+
 def _pyplot():
     try:
         import matplotlib.pyplot as plt
@@ -80,7 +89,7 @@ def plot_summary(
     rng = np.random.default_rng(seed)
     for row, j in enumerate(order[::-1]):
         if kind == "box":
-            ax.boxplot(c[:, j], positions=[row], vert=False, widths=0.6, showfliers=False)
+            ax.boxplot(c[:, j], positions=[row], widths=0.6, showfliers=False, **_horizontal(ax))
             if s is not None:
                 ax.errorbar(c[:, j].mean(), row + 0.38, xerr=s[:, j].mean(), fmt="o", color="C3", ms=3, capsize=2)
             continue
