@@ -85,6 +85,44 @@ def _check_dense_memory(n: int, covar) -> None:
         )
 
 
+def _gpx_model_parts(model) -> tuple[Kernel, gpytorch.means.Mean | None, int]:
+    r"""The smooth latent of a :class:`~gpytorch_explain.GPXModel` with :math:`\mathbf z = \mathbf x`, in raw units.
+
+    The model's latent is :math:`f(\mathbf x) = m(\mathbf x) + \mathbf g(\mathbf x)^\top(\mathbf c\odot\mathbf x)
+    + \boldsymbol\epsilon_w^\top(\mathbf c\odot\mathbf x)`, with :math:`\mathbf c` the kernel's
+    ``feature_scale`` (``standardize_x``/``standardize_y``; :math:`\mathbf c = \mathbf 1` without them) and
+    :math:`m` the mean module (zero, or the constant of ``standardize_y``/``intercept``). Its base kernel already acts
+    on raw :math:`\mathbf x` (``standardize_x`` scales the default kernel's lengthscales, not the inputs), so the
+    smooth part is the GP with kernel :math:`k(\mathbf x, \mathbf x')\,\mathbf x^\top\operatorname{diag}(\mathbf
+    c^2)\mathbf x'` (an ARD ``LinearKernel`` with variances :math:`c_l^2`), and derivatives and path integrals of it
+    are in the units the user sees: :math:`\partial_i f` per raw unit of :math:`x_i`, in units of :math:`y`. The
+    weight noise is independent across samples and has no derivative (as without standardisation). A constant mean
+    has zero gradient and cancels in integrated gradients (returned as ``None``); any other mean module is
+    differentiated like an ``ExactGP``'s.
+    """
+    from gpytorch.means import ConstantMean, ZeroMean
+
+    from ..means import FixedConstantMean
+
+    covar = model.covar_module
+    if covar.z_dims is not None:
+        raise NotImplementedError(
+            "Attributions of a GPXModel are supported with respect to x when z = x; this model has "
+            "separate explanation features z (use model.explain for its local weights)."
+        )
+    _reject_inducing_point_kernel(covar.base_kernel, "a GPXModel's base kernel")
+    scale = covar.feature_scale
+    linear = LinearKernel(ard_num_dims=None if scale is None else model.x_dims)
+    linear = linear.to(covar.raw_weight_noise)
+    linear.variance = 1.0 if scale is None else scale.detach().square().reshape(1, -1).to(covar.raw_weight_noise)
+    linear.raw_variance.requires_grad_(False)
+    kernel = _GPXSmoothKernel(covar.base_kernel, linear)
+    mean = model.mean_module
+    if type(mean) in (ZeroMean, ConstantMean, FixedConstantMean):
+        mean = None  # constant: no gradient, cancels in IG, already subtracted in alpha = C⁻¹(y - m)
+    return kernel, mean, model.x_dims
+
+
 class _FunctionalPosterior:
     r"""Posterior of a linear functional :math:`\mathcal L f` of a trained ``ExactGP``'s latent :math:`f`."""
 
@@ -143,26 +181,7 @@ class _FunctionalPosterior:
         from ..models import GPXModel
 
         if isinstance(model, GPXModel):
-            if model.covar_module.z_dims is not None:
-                raise NotImplementedError(
-                    "Attributions of a GPXModel are supported with respect to x when z = x; this model has "
-                    "separate explanation features z (use model.explain for its local weights)."
-                )
-            from gpytorch.means import ZeroMean
-
-            if model.covar_module.feature_scale is not None or not isinstance(model.mean_module, ZeroMean):
-                raise NotImplementedError(
-                    "Attributions of a GPXModel built with standardize_x, standardize_y or intercept are not "
-                    "supported yet (its latent is a mean plus g(x)ᵀ(c ⊙ x), not g(x)ᵀx); use model.explain(x) for "
-                    "its local weights and contributions, or build the model without these options."
-                )
-            linear = LinearKernel()
-            linear.variance = 1.0
-            linear.raw_variance.requires_grad_(False)
-            linear = linear.to(model.covar_module.raw_weight_noise)
-            _reject_inducing_point_kernel(model.covar_module.base_kernel, "a GPXModel's base kernel")
-            kernel = _GPXSmoothKernel(model.covar_module.base_kernel, linear)
-            return kernel, None, model.x_dims
+            return _gpx_model_parts(model)
         if not hasattr(model, "covar_module") or not isinstance(model.covar_module, Kernel):
             raise NotImplementedError(
                 "The model needs a `covar_module` Kernel that defines its prior covariance (as in the "
