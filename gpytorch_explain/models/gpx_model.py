@@ -173,12 +173,12 @@ class GPXModel(gpytorch.models.ExactGP):
             self.mean_module = ZeroMean()
         self.covar_module = GPXKernel(base_kernel, x_dims=x_dims, z_dims=z_dims)
         self.covar_module.weight_noise = 0.01
+        self.to(dtype=train_x.dtype, device=train_x.device)  # before the scale buffer: kept in the data's dtype
         if standardize_x or standardize_y:
             z_scale = column_scale((train_x if train_z is None else train_z).detach()) if standardize_x else 1.0
             y_scale = column_scale(train_y.detach().unsqueeze(-1))[0] if standardize_y else 1.0
             num = x_dims if z_dims is None else z_dims
             self.covar_module.set_feature_scale(torch.ones(num, dtype=train_x.dtype) * y_scale / z_scale)
-        self.to(dtype=train_x.dtype, device=train_x.device)
         fit_grid(base_kernel, train_x)  # a dynamic KISS-GP grid covers the training inputs from the start
 
         num_features = x_dims if z_dims is None else z_dims
