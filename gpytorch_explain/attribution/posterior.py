@@ -98,7 +98,9 @@ class PosteriorIntegratedGradients(_FunctionalPosterior):
     :param model: A trained ``ExactGP`` (eval mode) with a Gaussian likelihood (an SGPR model, with an
         ``InducingPointKernel`` as its ``covar_module``, included), a
         :class:`~gpytorch_explain.GPXModel` with :math:`\mathbf z = \mathbf x` (then the smooth part
-        :math:`\mathbf g(\mathbf x)^\top\mathbf x` of the latent is attributed), or an ``ApproximateGP``
+        :math:`\mathbf g(\mathbf x)^\top(\mathbf c\odot\mathbf x)` of the latent is attributed, with
+        :math:`\mathbf c` the feature scale of ``standardize_x``/``standardize_y``, in raw units like
+        ``model(x)``; a constant mean or intercept has no attribution), or an ``ApproximateGP``
         (see :class:`PosteriorGradient`).
     :param baseline: ``None`` (the mean of the training inputs, or of the inducing points for a
         variational model), a ``(D,)`` tensor, or ``(k, D)`` baselines.

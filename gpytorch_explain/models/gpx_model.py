@@ -95,7 +95,8 @@ class GPXModel(gpytorch.models.ExactGP):
 
         The kernel's hyperparameters (output scale, :math:`\sigma_w^2`) are then those of the standardised
         model, while the data, ``model(x, z)``, the likelihood, :meth:`predict_weights`, :meth:`explain` and
-        :meth:`posterior` are all in raw units: the weight of raw feature :math:`l` is
+        :meth:`posterior` are all in raw units (and so are the attribution GPs of
+        :mod:`gpytorch_explain.attribution` when :math:`\mathbf z = \mathbf x`): the weight of raw feature :math:`l` is
         :math:`w_l = c_l \tilde w_l`, with covariance :math:`\mathbf S\tilde{\boldsymbol\Sigma}\mathbf S`,
         :math:`\mathbf S = \operatorname{diag}(\mathbf c)`, and the contributions
         :math:`w_l z_l = \tilde w_l \tilde z_l` satisfy
