@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the test suite against the oldest GPyTorch stack setup.cfg claims (constraints-oldest.txt), in its own
 # virtual environment .venv-oldest, created from nothing on the first run. Extra arguments go to pytest.
-# Captum, LIME and SHAP are not installed there: the explainer-adapter tests skip. torch is the dev pin (2.13.0,
+# Captum, LIME and SHAP are not installed there: the explainer-adapter tests skip (jupytext is, so the tutorials run). torch is the dev pin (2.13.0,
 # the only CPU wheel on the project machines), so setup.cfg's torch floor is not exercised.
 # Cost on the project machine (2 shared cores): creating the environment ~160 s; the suite as long as scripts/test.sh.
 set -euo pipefail
@@ -21,7 +21,7 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   # torch first and pinned: an unpinned resolve would pull the multi-GB CUDA build.
   "$venv/bin/python" -m pip install -q -c constraints-oldest.txt "torch==2.13.0"
   "$venv/bin/python" -m pip install -q -c constraints-oldest.txt \
-    gpytorch linear_operator botorch numpy scipy scikit-learn matplotlib tqdm pytest mpmath
+    gpytorch linear_operator botorch numpy scipy scikit-learn matplotlib tqdm pytest mpmath jupytext
   "$venv/bin/python" -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
   echo "[oldest] installed in $((SECONDS - start)) s"
