@@ -33,7 +33,7 @@ from ..utils import (
     median_heuristic_lengthscale,
 )
 from .gpx_botorch import gpx_posterior
-from .gpx_checks import check_base_kernel_dims, check_dense_memory, column_scale, warn_scale
+from .gpx_checks import check_base_kernel_dims, check_dense_memory, column_scale, is_lean_kernel, warn_scale
 from .gpx_prediction_strategy import GPXPredictionStrategy
 from .gpx_weight_posterior import latent_in_feature_space, weight_posterior
 
@@ -365,17 +365,20 @@ class GPXModel(gpytorch.models.ExactGP):
                     module._clear_cache()
 
     def check_memory(self, what: str = "GPX", training: bool = False) -> None:
-        """Raise ``MemoryError`` (warn above half) when the dense/CG path over the :math:`n\times n` covariance needs
-        more memory than the device has (estimate: :func:`~gpytorch_explain.models.gpx_checks.dense_memory_estimate`);
-        the message names the estimate and the alternatives. Inducing-point and grid-feature bases need no
-        :math:`n\times n` matrix and are not checked. Off with ``gpytorch_explain.settings.check_memory(False)``."""
+        """Raise ``MemoryError`` (warn above half) when the path over the :math:`n\times n` covariance needs more memory
+        than the device has (estimate: :func:`~gpytorch_explain.models.gpx_checks.check_dense_memory`: the dense/CG
+        fit, the dense prediction factor, or the kernel matrix CG multiplies); the message names the estimate and the
+        alternatives. Inducing-point and grid-feature bases need no :math:`n\times n` matrix and are not checked, nor
+        is a memory-lean base (``PartitionedKernel``, KeOps) on its CG path. Off with
+        ``gpytorch_explain.settings.check_memory(False)``."""
         base = self.covar_module.base_kernel
         if self.train_inputs is None or isinstance(base, InducingPointKernel):
             return
         if explain_settings.use_grid_features.on() and supports_grid_features(base):
             return
         inputs = self.train_inputs[0]
-        check_dense_memory(inputs.size(-2), inputs.dtype, inputs.device, training, what)
+        batch = inputs.shape[:-2].numel()
+        check_dense_memory(inputs.size(-2), inputs.dtype, inputs.device, training, what, is_lean_kernel(base), batch)
 
     def _check_eval(self, what: str) -> None:
         if self.train_inputs is None or self.train_targets is None:
