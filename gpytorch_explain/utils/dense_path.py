@@ -41,9 +41,10 @@ from .linalg import dense_limit
 
 __all__ = ["DENSE_BLOCK_COPIES", "dense_cholesky", "dense_fits", "dense_path_bytes", "uses_dense_path"]
 
-#: Row-block-sized temporaries alive while one block of :math:`\mathbf C` is computed (the kernel's own
-#: intermediates, the feature product, the block itself); measured with ``benchmarks/dense_path_memory.py``.
-DENSE_BLOCK_COPIES = 6
+#: Row-block-sized temporaries counted for one block of :math:`\mathbf C` being computed (the kernel's own
+#: intermediates, the feature product, the block itself). ``benchmarks/dense_path_memory.py`` measured about 2 with
+#: ``ScaleKernel(RBFKernel)``; 4 leaves room for kernels with more intermediates.
+DENSE_BLOCK_COPIES = 4
 
 
 def _block_rows(n: int, batch_numel: int) -> int:
@@ -65,8 +66,8 @@ def dense_path_bytes(n: int, dtype: torch.dtype, batch_numel: int = 1) -> float:
 
     Example:
         >>> import torch
-        >>> round(dense_path_bytes(100_000, torch.float32) / 4e10, 4)  # one 40 GB matrix and six blocks of 41 rows
-        1.0025
+        >>> round(dense_path_bytes(100_000, torch.float32) / 4e10, 4)  # one 40 GB matrix and 4 blocks of 41 rows
+        1.0016
     """
     itemsize = torch.finfo(dtype).bits // 8
     block = _block_rows(n, batch_numel) * n
