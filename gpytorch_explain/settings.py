@@ -30,6 +30,7 @@ from ._compat import _dtype_value_context, _feature_flag, _value_context
 __all__ = [
     "max_cholesky_size",
     "dense_memory_budget",
+    "dense_budget_bytes",
     "solve_tolerance",
     "derived_solve_tolerance",
     "cg_iterations",
@@ -161,7 +162,7 @@ class dense_memory_budget(_value_context):
         >>> from gpytorch_explain.settings import dense_memory_budget, dense_budget_bytes
         >>> with dense_memory_budget(2**30):
         ...     dense_budget_bytes("cpu")
-        1073741824
+        1073741824.0
     """
 
     _global_value = None
