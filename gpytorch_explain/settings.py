@@ -156,7 +156,7 @@ class dense_memory_budget(_value_context):
     The free memory (``None``) is read by :func:`gpytorch_explain.utils.available_memory`: on CUDA
     ``torch.cuda.mem_get_info``, on the CPU ``psutil`` when installed, else ``MemAvailable`` of ``/proc/meminfo``,
     else the free pages (``os.sysconf``); where none is known (other devices), the budget is
-    :data:`DENSE_FALLBACK_BUDGET` (1 GiB). The fraction is :data:`DENSE_MEMORY_FRACTION` (0.5).
+    ``DENSE_FALLBACK_BUDGET`` (1 GiB). The fraction is ``DENSE_MEMORY_FRACTION`` (0.5).
 
     Example:
         >>> from gpytorch_explain.settings import dense_memory_budget, dense_budget_bytes
@@ -184,8 +184,8 @@ DENSE_FALLBACK_BUDGET = 2**30
 
 def dense_budget_bytes(device=None, free: int | None = None) -> float:
     """The bytes :class:`dense_memory_budget` allows on ``device``: its value, or (``None``)
-    :data:`DENSE_MEMORY_FRACTION` of ``free`` (default: the device's free memory now, see
-    :func:`gpytorch_explain.utils.available_memory`; :data:`DENSE_FALLBACK_BUDGET` when unknown)."""
+    ``DENSE_MEMORY_FRACTION`` of ``free`` (default: the device's free memory now, see
+    :func:`gpytorch_explain.utils.available_memory`; ``DENSE_FALLBACK_BUDGET`` when unknown)."""
     value = dense_memory_budget.value()
     if value is not None:
         return float(value)

@@ -61,7 +61,7 @@ def dense_path_bytes(n: int, dtype: torch.dtype, batch_numel: int = 1) -> float:
         s\,\beta\,\bigl(n^2 + c\,\min(b\,n,\; n^2)\bigr),
 
     with :math:`s` the item size, :math:`\beta` the batch size, :math:`b` the rows of a block (site ``dense_rows`` of
-    :class:`gpytorch_explain.settings.max_block_elements`) and :math:`c =` :data:`DENSE_BLOCK_COPIES` block-sized
+    :class:`gpytorch_explain.settings.max_block_elements`) and :math:`c =` ``DENSE_BLOCK_COPIES`` block-sized
     temporaries. One :math:`n \times n` buffer holds :math:`\mathbf C` and then its factor.
 
     Example:
