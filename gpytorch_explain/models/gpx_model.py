@@ -405,10 +405,11 @@ class GPXModel(gpytorch.models.ExactGP):
         :class:`~gpytorch_explain.operators.WeightPosteriorLinearOperator`: ``.variance`` and
         ``.covariance_matrix.point_blocks()``-style per-point blocks cost :math:`O(mn^2d)` once
         (exact, through a Cholesky factor of :math:`\mathbf C`), and ``.covariance_matrix`` is
-        exact. Above the dense limit (see :class:`gpytorch_explain.settings.max_cholesky_size`),
-        ``gpytorch.settings.fast_pred_var()`` replaces the factor by GPyTorch's LOVE root of
+        exact. Above the dense limit (see :class:`gpytorch_explain.settings.max_cholesky_size`), the factor is
+        kept while it fits :class:`gpytorch_explain.settings.dense_memory_budget`, and exact CG solves replace it
+        beyond; ``gpytorch.settings.fast_pred_var()`` replaces it there by GPyTorch's LOVE root of
         :math:`\mathbf C^{-1}` (cost :math:`O(mnrd)` for rank :math:`r`, set by
-        ``gpytorch.settings.max_root_decomposition_size``); below it the exact factor is used
+        ``gpytorch.settings.max_root_decomposition_size``); below the limit the exact factor is used
         either way.
 
         With ``standardize_x``/``standardize_y`` these are the weights of the raw features,
