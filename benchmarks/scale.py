@@ -46,9 +46,11 @@ hyperparameters: the scalable prediction path forced (dense limits 0) against th
 path with the same base kernel, and against the Cholesky path with the method's exact base kernel
 (the RBF inside the inducing-point / grid kernel), for up to 1,000 test points.
 
-``--device cuda`` runs both models on a GPU (peak GPU memory is added to the notes). An exact GPX on
-10⁵ rows there: ``--method exact --device cuda --dtype float32 --max-dense-n 100000`` (a dense
-kernel of 40 GB without pykeops; with pykeops the kernel is never stored).
+``--device cuda`` runs both models on a GPU (peak GPU memory is added to the notes, also in n² floats). An
+exact GPX on 10⁵ rows there: ``--method exact --lean --weights-path solve --device cuda --dtype float32
+--n 100000 --n-test 10000``: the fit runs CG over the lean kernel (nothing n x n), and the predictions use one
+dense Cholesky factor built in place (40 GB) when it fits ``gpytorch_explain.settings.dense_memory_budget``
+(half the free GPU memory by default), else CG. The path taken is printed and shown in the table.
 
 Timings on a shared machine are noisy; run nothing else heavy alongside.
 
