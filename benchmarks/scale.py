@@ -46,9 +46,11 @@ hyperparameters: the scalable prediction path forced (dense limits 0) against th
 path with the same base kernel, and against the Cholesky path with the method's exact base kernel
 (the RBF inside the inducing-point / grid kernel), for up to 1,000 test points.
 
-``--device cuda`` runs both models on a GPU (peak GPU memory is added to the notes). An exact GPX on
-10⁵ rows there: ``--method exact --device cuda --dtype float32 --max-dense-n 100000`` (a dense
-kernel of 40 GB without pykeops; with pykeops the kernel is never stored).
+``--device cuda`` runs both models on a GPU (peak GPU memory is added to the notes, also in n² floats). An
+exact GPX on 10⁵ rows there: ``--method exact --lean --weights-path solve --device cuda --dtype float32
+--n 100000 --n-test 10000``: the fit runs CG over the lean kernel (nothing n x n), and the predictions use one
+dense Cholesky factor built in place (40 GB) when it fits ``gpytorch_explain.settings.dense_memory_budget``
+(half the free GPU memory by default), else CG. The path taken is printed and shown in the table.
 
 Timings on a shared machine are noisy; run nothing else heavy alongside.
 
@@ -443,9 +445,11 @@ def run_model(which: str, args) -> dict:
         and args.method == "kissgp"
         and isinstance(model.covar_module(model.train_inputs[0][:2]), GPXInducingLinearOperator)
     )
-    love = args.weights_path == "love" or (
-        args.weights_path == "auto" and n > DENSE_LIMIT and not inducing and not grid_feats
-    )
+    # auto/solve: the library's default (fast_pred_var off): GPX's dense factor while it fits
+    # gpytorch_explain.settings.dense_memory_budget, else exact CG solves; cg: CG even where the factor fits
+    love = args.weights_path == "love"
+    budget = 0 if args.weights_path == "cg" else explain_settings.dense_memory_budget.value()
+    factor_types = []
     # GPX with inducing points (or grid features) predicts in feature space (nothing of size m x n): one call
     feature_space = which == "gpx" and (inducing or grid_feats) and n > DENSE_LIMIT
     chunk = args.n_test if feature_space else _test_chunk(args, n)
@@ -454,12 +458,18 @@ def run_model(which: str, args) -> dict:
     _alarm(60 * args.max_minutes)
     try:
         skip_var = which == "gpr" and args.gpr_mean_only
-        with torch.no_grad(), gsettings.fast_pred_var(love), gsettings.skip_posterior_variances(skip_var):
+        with (
+            torch.no_grad(),
+            gsettings.fast_pred_var(love),
+            gsettings.skip_posterior_variances(skip_var),
+            explain_settings.dense_memory_budget(budget),
+        ):
             for start in range(0, x_test.size(0), chunk):
                 tc = time.perf_counter()
                 xc = x_test[start : start + chunk]
                 if which == "gpx":
                     post = model.predict_weights(xc)
+                    factor_types.append(getattr(post.lazy_covariance_matrix, "factor_type", None))
                     means.append(post.mean)
                     stds.append(post.variance.clamp_min(0).sqrt())
                 else:
@@ -476,18 +486,14 @@ def run_model(which: str, args) -> dict:
     res["pred_s"] = time.perf_counter() - t0
     res["pred_first_chunk_s"] = chunk_times[0] if chunk_times else math.nan
     res["pred_points"] = sum(m.size(0) for m in means)
-    if n <= DENSE_LIMIT:
-        path = "Cholesky"
-    elif grid_feats:
-        path = "grid features (exact)"
-    elif inducing:
-        path = "inducing space (exact)" if which == "gpx" else "SGPR"
-    else:
-        path = "LOVE" if love else "CG solve"
+    path = prediction_path(which, n, factor_types, inducing, grid_feats, love)
+    print(f"{which}: predictions through {path}", flush=True)
     res["pred_path"] = f"{path}, chunk {chunk}"
     res["rss_pred"] = _peak_rss_gib()
     if device.type == "cuda":
-        res["notes"].append(f"peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB")
+        peak_gpu = torch.cuda.max_memory_allocated(device)
+        per_square = n * n * torch.finfo(dtype).bits // 8
+        res["notes"].append(f"peak GPU memory {peak_gpu / 2**30:.2f} GiB ({peak_gpu / per_square:.2f} n^2 floats)")
     if means:
         mean, std = torch.cat(means), torch.cat(stds)
         m = mean.size(0)
@@ -514,6 +520,24 @@ def run_model(which: str, args) -> dict:
         except Exception as exc:  # report, do not lose the main numbers
             res["exact_check"] = {"error": f"{type(exc).__name__}: {exc}"}
     return res
+
+
+def prediction_path(which: str, n: int, factor_types: list, inducing: bool, grid_feats: bool, love: bool) -> str:
+    """The path the predictions took: for GPX the weight covariance's factor type as the library chose it."""
+    if which == "gpx":
+        if factor_types and factor_types[0] is not None:
+            kind = factor_types[0]
+            if kind == "cholesky":
+                return "Cholesky" if n <= DENSE_LIMIT else "dense Cholesky (fits dense_memory_budget)"
+            return {"solve": "CG solve (exact)", "root": "LOVE"}.get(kind, kind)
+        if grid_feats:
+            return "grid features (exact)"
+        return "inducing space (exact)" if inducing else "unknown"
+    if inducing:
+        return "SGPR"
+    if n <= gsettings.max_cholesky_size.value():
+        return "Cholesky"
+    return "LOVE" if love else "CG solve"
 
 
 def attribution_check(model, x_test) -> str:
@@ -704,9 +728,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kiss-structure", choices=["auto", "grid", "additive", "product"], default="auto")
     parser.add_argument(
         "--weights-path",
-        choices=["auto", "love", "solve"],
+        choices=["auto", "love", "solve", "cg"],
         default="auto",
-        help="posterior variances: LOVE (fast_pred_var) or exact solves; auto: LOVE above the dense limit",
+        help="posterior variances. auto and solve: the library's default (exact: GPX's dense factor where it fits "
+        "gpytorch_explain.settings.dense_memory_budget, else CG solves); love: LOVE (fast_pred_var); cg: GPX's CG "
+        "solves even where the dense factor fits (dense_memory_budget(0))",
     )
     parser.add_argument("--test-chunk", type=int, default=None, help="test points per predict_weights call")
     parser.add_argument("--check-exact", action="store_true", help="GPX: scalable vs Cholesky on 5,000 rows")

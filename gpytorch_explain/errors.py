@@ -25,9 +25,10 @@ class ConvergenceError(RuntimeError):
 
     Raised instead of returning silently wrong local weights or attributions. Remedies: raise
     ``gpytorch.settings.max_cg_iterations``, use a larger preconditioner
-    (``gpytorch.settings.max_preconditioner_size``), compute in float64, lower
-    ``gpytorch_explain.settings.max_cholesky_size`` no further than memory allows (the dense path is
-    exact), or use an inducing-point base kernel (solved exactly by Woodbury).
+    (``gpytorch.settings.max_preconditioner_size``), compute in float64, let the exact dense path reach further
+    (a larger ``gpytorch_explain.settings.dense_memory_budget``, or a larger
+    ``gpytorch_explain.settings.max_cholesky_size``, as far as memory allows), or use an inducing-point base kernel
+    (solved exactly by Woodbury).
     """
 
 

@@ -6,8 +6,8 @@ Every setting is built on GPyTorch's own setting classes (imported through ``gpy
 * on/off switches are ``gpytorch.settings._feature_flag``\ s (:class:`use_grid_features`, :class:`check_memory`),
   read with ``.on()``;
 * plain values are ``gpytorch.settings._value_context``\ s (:class:`max_cholesky_size`,
-  :class:`max_grid_feature_width`, :class:`scale_warning_range`, :class:`max_block_elements`), read with
-  ``.value()``;
+  :class:`dense_memory_budget`, :class:`max_grid_feature_width`, :class:`scale_warning_range`,
+  :class:`max_block_elements`), read with ``.value()``;
 * dtype-dependent tolerances are ``gpytorch.settings._dtype_value_context``\ s with one default per dtype
   (:class:`solve_tolerance`, :class:`max_cg_residual`, :class:`grid_root_tolerance`), read with ``.value(dtype)``
   (``bfloat16`` reads the ``half`` value). ``with solve_tolerance(1e-6):`` sets one value for every dtype;
@@ -29,6 +29,8 @@ from ._compat import _dtype_value_context, _feature_flag, _value_context
 
 __all__ = [
     "max_cholesky_size",
+    "dense_memory_budget",
+    "dense_budget_bytes",
     "solve_tolerance",
     "derived_solve_tolerance",
     "cg_iterations",
@@ -93,18 +95,107 @@ class _dtype_setting(_dtype_value_context):
 
 
 class max_cholesky_size(_value_context):
-    r"""Largest :math:`n` for which GPX factorises :math:`\mathbf C` densely (default 5000).
+    r"""Largest :math:`n` for which GPX always factorises :math:`\mathbf C` densely (default 5000); set explicitly,
+    also the largest for which its predictions do.
 
     Derived quantities (the mean cache :math:`\mathbf C^{-1}\mathbf y`, the latent predictive
     covariance and the weight posterior) are exact through one Cholesky factor of the
     :math:`n \times n` matrix :math:`\mathbf C` when :math:`n` is at most
     ``max(gpytorch.settings.max_cholesky_size, this)``; the weight covariance needs
-    :math:`md` right-hand sides, for which a direct factorisation beats CG by far. Above that
-    size GPyTorch's iterative solvers (CG, Lanczos/LOVE) are used. :meth:`GPXModel.fit` uses the
-    same threshold, since L-BFGS needs a deterministic objective.
+    :math:`md` right-hand sides, for which a direct factorisation beats CG by far. :meth:`GPXModel.fit` uses the
+    same threshold (L-BFGS needs a deterministic objective), and above it GPyTorch's CG/Lanczos.
+
+    Predictions above that size: while this setting is at its default (no ``with max_cholesky_size(...)`` block is
+    active), GPX keeps the dense factor as long as it fits :class:`dense_memory_budget` (see
+    :func:`gpytorch_explain.utils.uses_dense_path`), and uses CG solves (exact to
+    :class:`solve_tolerance`; LOVE under ``gpytorch.settings.fast_pred_var()``) beyond. Inside a
+    ``with max_cholesky_size(k):`` block, ``k`` is a hard cap: predictions above ``max(gpytorch's, k)`` rows use the
+    iterative path whatever the memory.
+
+    Example:
+        >>> from gpytorch_explain.settings import max_cholesky_size
+        >>> max_cholesky_size.value(), max_cholesky_size.is_set()
+        (5000, False)
+        >>> with max_cholesky_size(0):
+        ...     max_cholesky_size.value(), max_cholesky_size.is_set()
+        (0, True)
     """
 
     _global_value = 5000
+    _set_explicitly = False
+
+    def __init__(self, value):
+        super().__init__(value)
+        self._orig_set = type(self)._set_explicitly
+
+    def __enter__(self):
+        super().__enter__()
+        type(self)._set_explicitly = True
+
+    def __exit__(self, *args):
+        type(self)._set_explicitly = self._orig_set
+        return super().__exit__(*args)
+
+    @classmethod
+    def is_set(cls) -> bool:
+        """Whether a ``with max_cholesky_size(...)`` block is active (the value is then a hard cap)."""
+        return cls._set_explicitly
+
+
+class dense_memory_budget(_value_context):
+    r"""Bytes GPX's dense prediction path may use above :class:`max_cholesky_size` (default ``None``: half the
+    memory free on the training data's device when the model's prediction caches are built).
+
+    Above :class:`max_cholesky_size` (at its default), GPX predicts through one dense Cholesky factor of
+    :math:`\mathbf C` (mean cache, latent covariance, exact per-point weight covariances, attributions) when
+    :func:`gpytorch_explain.utils.dense_path_bytes` — one :math:`n \times n` buffer, in which :math:`\mathbf C` is
+    built in row blocks and factorised in place, plus a few row blocks of :class:`max_block_elements` — is at most
+    this budget, and through CG solves otherwise (LOVE under ``gpytorch.settings.fast_pred_var()``). ``0`` turns
+    the dense path above :class:`max_cholesky_size` off.
+
+    The free memory (``None``) is read by :func:`gpytorch_explain.utils.available_memory`: on CUDA
+    ``torch.cuda.mem_get_info``, on the CPU ``psutil`` when installed, else ``MemAvailable`` of ``/proc/meminfo``,
+    else the free pages (``os.sysconf``); where none is known (other devices), the budget is
+    ``DENSE_FALLBACK_BUDGET`` (1 GiB). The fraction is ``DENSE_MEMORY_FRACTION`` (0.5).
+
+    Example:
+        >>> from gpytorch_explain.settings import dense_memory_budget, dense_budget_bytes
+        >>> with dense_memory_budget(2**30):
+        ...     dense_budget_bytes("cpu")
+        1073741824.0
+    """
+
+    _global_value = None
+
+    @classmethod
+    def _set_value(cls, value):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+            raise ValueError(f"dense_memory_budget must be None or a number of bytes >= 0, got {value!r}.")
+        cls._global_value = value
+
+
+#: The fraction of the free device memory the dense prediction path may use by default (see
+#: :class:`dense_memory_budget`).
+DENSE_MEMORY_FRACTION = 0.5
+
+#: The budget of :class:`dense_memory_budget` (``None``) where the free memory is unknown.
+DENSE_FALLBACK_BUDGET = 2**30
+
+
+def dense_budget_bytes(device=None, free: int | None = None) -> float:
+    """The bytes :class:`dense_memory_budget` allows on ``device``: its value, or (``None``)
+    ``DENSE_MEMORY_FRACTION`` of ``free`` (default: the device's free memory now, see
+    :func:`gpytorch_explain.utils.available_memory`; ``DENSE_FALLBACK_BUDGET`` when unknown)."""
+    value = dense_memory_budget.value()
+    if value is not None:
+        return float(value)
+    if free is None:
+        from .utils.memory import available_memory
+
+        free = available_memory(device)
+    if free is None:
+        return float(DENSE_FALLBACK_BUDGET)
+    return DENSE_MEMORY_FRACTION * float(free)
 
 
 class solve_tolerance(_dtype_setting):
@@ -279,6 +370,7 @@ class max_block_elements(_value_context):
     ``dense_feature``                       4        :math:`2^{26}`  512 MiB    256 MiB    densified grid features
     ``grid_root_columns``                   1/64     :math:`2^{18}`  (columns)  (columns)  grid-root width
     ``operator_grid``                       1        :math:`2^{24}`  (points)   (points)   product grid points
+    ``dense_rows``                          1/4      :math:`2^{22}`  32 MiB     16 MiB     row block of dense C
     ======================================  =======  ==============  =========  =========  ==========================
 
     Where each site is:
@@ -310,7 +402,9 @@ class max_block_elements(_value_context):
     * ``grid_root_columns`` and ``operator_grid``: the widest grid root
       :func:`~gpytorch_explain.kernels.grid_features` forms without ``max_width``, and the largest product grid
       :func:`~gpytorch_explain.kernels.grid_operator` builds densely
-      (``kernels/ski_features.py``).
+      (``kernels/ski_features.py``);
+    * ``dense_rows``: the row blocks in which GPX's dense prediction path writes :math:`\mathbf C` into the one
+      :math:`n \times n` buffer it factorises in place (:func:`gpytorch_explain.utils.dense_cholesky`).
 
     Larger budgets are faster on GPUs, smaller ones bound CPU memory tighter; results do not depend on it
     (up to floating-point summation order).
@@ -350,6 +444,7 @@ _BUDGET_FACTORS: dict[str, tuple[int, int]] = {
     "dense_feature": (4, 1),
     "grid_root_columns": (1, 64),
     "operator_grid": (1, 1),
+    "dense_rows": (1, 4),
 }
 
 

@@ -128,6 +128,7 @@ _PREVIOUS_CONSTANTS = {
     "dense_feature": 2**26,  # DENSE_FEATURE_ELEMENTS
     "grid_root_columns": 2**18,  # MAX_ROOT_COLUMNS
     "operator_grid": 2**24,  # MAX_OPERATOR_GRID
+    "dense_rows": 2**22,  # new with the site (GPX's dense prediction path)
 }
 
 

@@ -16,14 +16,25 @@ from gpytorch.kernels import (
 from torch import Tensor
 
 from .. import settings as explain_settings
-from ..utils import check_memory
+from ..kernels.partitioned_kernel import PartitionedKernel, keops_available
+from ..utils import check_memory, dense_limit, dense_path_bytes, uses_dense_path
 
-__all__ = ["check_base_kernel_dims", "warn_scale", "column_scale", "dense_memory_estimate", "MEMORY_ALTERNATIVES"]
+__all__ = [
+    "check_base_kernel_dims",
+    "warn_scale",
+    "column_scale",
+    "dense_memory_estimate",
+    "is_lean_kernel",
+    "MEMORY_ALTERNATIVES",
+]
 
 #: What to use instead of a path over the dense n x n covariance.
 MEMORY_ALTERNATIVES = (
-    "an inducing-point base kernel (gpytorch.kernels.InducingPointKernel, exact Woodbury, O(n d^2 M^2)), a KISS-GP "
-    "base kernel (gpytorch.kernels.GridInterpolationKernel, grid features), or gpytorch_explain.VariationalGPXModel "
+    "the memory-lean exact kernel (base_kernel=gpytorch_explain.kernels.PartitionedKernel(kernel): CG in row "
+    "blocks, nothing n x n stored; predictions then factor C densely only where it fits "
+    "gpytorch_explain.settings.dense_memory_budget), an inducing-point base kernel "
+    "(gpytorch.kernels.InducingPointKernel, exact Woodbury, O(n d^2 M^2)), a KISS-GP base kernel "
+    "(gpytorch.kernels.GridInterpolationKernel, grid features), or gpytorch_explain.VariationalGPXModel "
     "(minibatches); or fit the hyperparameters on a subset of rows."
 )
 
@@ -122,7 +133,43 @@ def dense_memory_estimate(n: int, itemsize: int, training: bool) -> float:
     return float(count) * n * n * itemsize
 
 
-def check_dense_memory(n: int, dtype: torch.dtype, device, training: bool, what: str) -> None:
-    """:func:`gpytorch_explain.utils.check_memory` with :func:`dense_memory_estimate` and the GPX alternatives."""
-    required = dense_memory_estimate(n, torch.finfo(dtype).bits // 8, training)
-    check_memory(required, device, f"{what} with n = {n} rows on the dense/CG path", MEMORY_ALTERNATIVES)
+def is_lean_kernel(kernel: Kernel) -> bool:
+    """Whether ``kernel`` never stores its :math:`n \times n` matrix: a
+    :class:`~gpytorch_explain.kernels.PartitionedKernel`, or a ``gpytorch.kernels.keops`` kernel (optionally in a
+    ``ScaleKernel``) when pykeops is importable."""
+    if isinstance(kernel, PartitionedKernel):
+        return True
+    if not keops_available():
+        return False
+    from gpytorch.kernels import ScaleKernel
+    from gpytorch.kernels.keops.keops_kernel import KeOpsKernel
+
+    inner = kernel.base_kernel if type(kernel) is ScaleKernel else kernel
+    return isinstance(inner, KeOpsKernel)
+
+
+def check_dense_memory(
+    n: int, dtype: torch.dtype, device, training: bool, what: str, lean: bool = False, batch_numel: int = 1
+) -> None:
+    """:func:`gpytorch_explain.utils.check_memory` with the path's estimate and the GPX alternatives.
+
+    Training: the dense/CG path over the covariance, :func:`dense_memory_estimate` (nothing with a ``lean`` base
+    kernel above :func:`~gpytorch_explain.utils.dense_limit`, where CG runs in row blocks). Predictions: the dense
+    factor's :func:`~gpytorch_explain.utils.dense_path_bytes` where :func:`~gpytorch_explain.utils.uses_dense_path`,
+    else nothing for a ``lean`` base and :func:`dense_memory_estimate` (the kernel matrix CG multiplies) otherwise.
+    """
+    itemsize = torch.finfo(dtype).bits // 8
+    if training:
+        if lean and n > dense_limit():
+            return
+        required = dense_memory_estimate(n, itemsize, True) * batch_numel
+        path = "the dense/CG path"
+    elif uses_dense_path(n, dtype, device, batch_numel):
+        required = dense_path_bytes(n, dtype, batch_numel)
+        path = "the dense Cholesky path"
+    elif lean:
+        return
+    else:
+        required = dense_memory_estimate(n, itemsize, False) * batch_numel
+        path = "the CG path over the dense kernel matrix"
+    check_memory(required, device, f"{what} with n = {n} rows on {path}", MEMORY_ALTERNATIVES)

@@ -33,7 +33,7 @@ from ..utils import (
     median_heuristic_lengthscale,
 )
 from .gpx_botorch import gpx_posterior
-from .gpx_checks import check_base_kernel_dims, check_dense_memory, column_scale, warn_scale
+from .gpx_checks import check_base_kernel_dims, check_dense_memory, column_scale, is_lean_kernel, warn_scale
 from .gpx_prediction_strategy import GPXPredictionStrategy
 from .gpx_weight_posterior import latent_in_feature_space, weight_posterior
 
@@ -366,17 +366,20 @@ class GPXModel(gpytorch.models.ExactGP):
                     module._clear_cache()
 
     def check_memory(self, what: str = "GPX", training: bool = False) -> None:
-        """Raise ``MemoryError`` (warn above half) when the dense/CG path over the :math:`n\times n` covariance needs
-        more memory than the device has (estimate: :func:`~gpytorch_explain.models.gpx_checks.dense_memory_estimate`);
-        the message names the estimate and the alternatives. Inducing-point and grid-feature bases need no
-        :math:`n\times n` matrix and are not checked. Off with ``gpytorch_explain.settings.check_memory(False)``."""
+        """Raise ``MemoryError`` (warn above half) when the path over the :math:`n\times n` covariance needs more memory
+        than the device has (estimate: :func:`~gpytorch_explain.models.gpx_checks.check_dense_memory`: the dense/CG
+        fit, the dense prediction factor, or the kernel matrix CG multiplies); the message names the estimate and the
+        alternatives. Inducing-point and grid-feature bases need no :math:`n\times n` matrix and are not checked, nor
+        is a memory-lean base (``PartitionedKernel``, KeOps) on its CG path. Off with
+        ``gpytorch_explain.settings.check_memory(False)``."""
         base = self.covar_module.base_kernel
         if self.train_inputs is None or isinstance(base, InducingPointKernel):
             return
         if explain_settings.use_grid_features.on() and supports_grid_features(base):
             return
         inputs = self.train_inputs[0]
-        check_dense_memory(inputs.size(-2), inputs.dtype, inputs.device, training, what)
+        batch = inputs.shape[:-2].numel()
+        check_dense_memory(inputs.size(-2), inputs.dtype, inputs.device, training, what, is_lean_kernel(base), batch)
 
     def _check_eval(self, what: str) -> None:
         if self.train_inputs is None or self.train_targets is None:
@@ -403,10 +406,11 @@ class GPXModel(gpytorch.models.ExactGP):
         :class:`~gpytorch_explain.operators.WeightPosteriorLinearOperator`: ``.variance`` and
         ``.covariance_matrix.point_blocks()``-style per-point blocks cost :math:`O(mn^2d)` once
         (exact, through a Cholesky factor of :math:`\mathbf C`), and ``.covariance_matrix`` is
-        exact. Above the dense limit (see :class:`gpytorch_explain.settings.max_cholesky_size`),
-        ``gpytorch.settings.fast_pred_var()`` replaces the factor by GPyTorch's LOVE root of
+        exact. Above the dense limit (see :class:`gpytorch_explain.settings.max_cholesky_size`), the factor is
+        kept while it fits :class:`gpytorch_explain.settings.dense_memory_budget`, and exact CG solves replace it
+        beyond; ``gpytorch.settings.fast_pred_var()`` replaces it there by GPyTorch's LOVE root of
         :math:`\mathbf C^{-1}` (cost :math:`O(mnrd)` for rank :math:`r`, set by
-        ``gpytorch.settings.max_root_decomposition_size``); below it the exact factor is used
+        ``gpytorch.settings.max_root_decomposition_size``); below the limit the exact factor is used
         either way.
 
         With ``standardize_x``/``standardize_y`` these are the weights of the raw features,

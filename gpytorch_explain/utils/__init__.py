@@ -1,3 +1,4 @@
+from .dense_path import dense_cholesky, dense_fits, dense_path_bytes, uses_dense_path
 from .gp import ensure_prediction_strategy
 from .heuristics import median_heuristic_lengthscale
 from .linalg import dense_gaussian_nll, dense_limit, solve_checked
@@ -11,9 +12,13 @@ __all__ = [
     "check_matrix",
     "check_same_rows",
     "check_vector",
+    "dense_cholesky",
+    "dense_fits",
     "dense_gaussian_nll",
     "dense_limit",
+    "dense_path_bytes",
     "ensure_prediction_strategy",
     "median_heuristic_lengthscale",
     "solve_checked",
+    "uses_dense_path",
 ]

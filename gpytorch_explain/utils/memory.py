@@ -17,13 +17,16 @@ WARN_FRACTION = 0.5
 def available_memory(device: torch.device | str | None = None) -> int | None:
     """Bytes available for new allocations on ``device``, or ``None`` when unknown.
 
-    CUDA: ``torch.cuda.mem_get_info`` (free device memory). CPU: ``psutil.virtual_memory().available`` when
+    CUDA: ``torch.cuda.mem_get_info`` (free device memory) plus what PyTorch's caching allocator reserved but does
+    not use. CPU: ``psutil.virtual_memory().available`` when
     psutil is installed, else ``MemAvailable`` of ``/proc/meminfo``, else free pages (``os.sysconf``).
     """
     device = torch.device("cpu") if device is None else torch.device(device)
     if device.type == "cuda":
         try:
-            return int(torch.cuda.mem_get_info(device)[0])
+            free = int(torch.cuda.mem_get_info(device)[0])
+            # memory PyTorch's caching allocator holds but does not use is free for new tensors too
+            return free + int(torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
         except Exception:  # pragma: no cover - depends on the driver
             return None
     if device.type != "cpu":
