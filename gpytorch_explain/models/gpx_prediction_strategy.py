@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 from gpytorch import settings as gsettings
+from gpytorch.lazy import LazyEvaluatedKernelTensor
 from gpytorch.models.exact_prediction_strategies import DefaultPredictionStrategy
 from gpytorch.utils.memoize import cached
 from linear_operator import to_dense
@@ -13,6 +14,7 @@ from torch import Tensor
 
 from .. import settings as explain_settings
 from ..operators import GPXInducingLinearOperator
+from ..operators.sample_diag_added_linear_operator import _without_sample_diagonal
 from ..utils import dense_limit, solve_checked
 
 __all__ = ["GPXPredictionStrategy", "dense_limit"]
@@ -81,3 +83,29 @@ class GPXPredictionStrategy(DefaultPredictionStrategy):
         if torch.is_tensor(test_test_covar):
             return to_linear_operator(test_test_covar) + correction
         return test_test_covar + correction
+
+    # ---------------------------------------------------------- lazily evaluated GPX kernels (issue 13)
+    def __init__(self, train_inputs, train_prior_dist, train_labels, likelihood, root=None, inv_root=None):
+        super().__init__(train_inputs, train_prior_dist, train_labels, likelihood, root=root, inv_root=inv_root)
+        covar = self.lik_train_train_covar
+        if root is None and inv_root is None and not isinstance(covar, GPXInducingLinearOperator):
+            # GPyTorch's lazily evaluated kernel plus the likelihood noise: evaluated, the noise folds into the
+            # inducing-point / grid-feature Woodbury operator (AddedDiagLinearOperator.evaluate_kernel adds it)
+            evaluated = covar.evaluate_kernel()
+            if isinstance(evaluated, GPXInducingLinearOperator):
+                self.lik_train_train_covar = evaluated
+
+    def exact_prediction(self, test_mean, test_test_covar, test_train_covar):
+        r"""GPyTorch's exact prediction, with the test/train block as a cross-covariance.
+
+        ``ExactGP`` slices the lazily evaluated joint train+test covariance before evaluating it, so the test/train
+        block is the kernel at ``(X_test, X_train)``. When those are equal (predicting at the training inputs), a
+        GPX kernel sees equal inputs and returns the joint covariance with the sample diagonal
+        :math:`\sigma_w^2\|\mathbf z_i\|^2` (and, for an SGPR base in eval mode, its diagonal correction); but test
+        and training points are different samples, whose weight noises are independent, so that diagonal is
+        removed here (also inside ``ScaleKernel``/``AdditiveKernel`` results). The test/test block keeps it.
+        """
+        if isinstance(test_train_covar, LazyEvaluatedKernelTensor):  # (an AddedDiag's evaluate_kernel re-adds)
+            test_train_covar = test_train_covar.evaluate_kernel()
+        test_train_covar, _ = _without_sample_diagonal(test_train_covar)
+        return super().exact_prediction(test_mean, test_test_covar, test_train_covar)
