@@ -441,7 +441,7 @@ def run_model(which: str, args) -> dict:
     grid_feats = (
         which == "gpx"
         and args.method == "kissgp"
-        and isinstance(model.covar_module(model.train_inputs[0][:2]), GPXInducingLinearOperator)
+        and isinstance(model.covar_module(model.train_inputs[0][:2]).evaluate_kernel(), GPXInducingLinearOperator)
     )
     love = args.weights_path == "love" or (
         args.weights_path == "auto" and n > DENSE_LIMIT and not inducing and not grid_feats

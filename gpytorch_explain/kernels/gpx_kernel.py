@@ -78,9 +78,34 @@ class GPXKernel(Kernel):
         \qquad
         \operatorname{Cov}(\mathbf f) = (\mathbf K + \sigma_w^2 \mathbf I) \odot \mathbf Z \mathbf Z^\top .
 
-    The weight-noise term is tied to the *sample* index: it appears on the diagonal of
-    ``kernel(X)`` (which for a GPyTorch ``ExactGP`` is the joint train+test evaluation) and
-    never in a cross-covariance ``kernel(X1, X2)``.
+    The weight-noise term is tied to the *sample* index. ``GPXKernel`` follows GPyTorch's ``Kernel``
+    contract (``Kernel.__call__`` selects ``active_dims`` and returns a ``LazyEvaluatedKernelTensor``;
+    :meth:`forward` returns linear operators), and "same samples" is decided as GPyTorch decides
+    :math:`\mathbf X_1 = \mathbf X_2` (``torch.equal``, same shape and values), unless ``same_samples`` says
+    otherwise:
+
+    .. math::
+
+        \texttt{kernel}(\mathbf X_1, \mathbf X_2) =
+        \begin{cases}
+        (\mathbf K_{11} + \sigma_w^2\mathbf I) \odot \mathbf Z_1\mathbf Z_1^\top
+            & \mathbf X_1 = \mathbf X_2 \text{ (or } \texttt{same\_samples=True}\text{)},\\
+        \mathbf K_{12} \odot \mathbf Z_1\mathbf Z_2^\top
+            & \text{otherwise (or } \texttt{same\_samples=False}\text{)}.
+        \end{cases}
+
+    So ``kernel(X)``, ``kernel(X, X)``, ``kernel(X, X.clone())`` and ``kernel(X, diag=True)`` carry
+    :math:`\sigma_w^2\|\mathbf z_i\|^2`; ``kernel(X1, X2, same_samples=False)`` is the cross-covariance between
+    two sets of samples even when they are equal (e.g. predictions at the training inputs). In an ``ExactGP``,
+    ``GPyTorch`` slices the lazy joint train+test covariance before evaluating it, so its test/train block is the
+    kernel at ``(X_test, X_train)``; :class:`~gpytorch_explain.GPXPredictionStrategy` (returned by
+    :meth:`prediction_strategy`, to which ``ScaleKernel`` and ``AdditiveStructureKernel`` delegate) removes the
+    sample diagonal from that block when the two are equal. Slices of the lazy ``kernel(X)`` are the kernel at the
+    sliced inputs (GPyTorch's ``LazyEvaluatedKernelTensor``): a block whose rows and columns select different
+    inputs has no :math:`\sigma_w^2`; ``kernel(X).evaluate_kernel()`` is the joint operator, sliced by sample
+    index. Inside ``AdditiveKernel``/``ProductKernel`` the top kernel chooses GPyTorch's default prediction
+    strategy, which does not know the sample diagonal: predicting there at inputs equal to the training inputs
+    needs ``gpytorch.settings.lazily_evaluate_kernels(False)`` (the joint is then sliced by index).
 
     Inputs carry both representations: each row is :math:`[\mathbf x_i \,|\, \mathbf z_i]`
     (``x_dims`` columns of :math:`\mathbf x` followed by ``z_dims`` columns of :math:`\mathbf z`).
@@ -118,6 +143,10 @@ class GPXKernel(Kernel):
         >>> x = torch.randn(10, 3)
         >>> kernel(x).shape
         torch.Size([10, 10])
+        >>> joint, cross = kernel(x, x.clone()), kernel(x, x, same_samples=False)
+        >>> z2 = x.pow(2).sum(-1)  # here z = x
+        >>> torch.allclose(joint.diagonal() - cross.diagonal(), kernel.weight_noise * z2)
+        True
     """
 
     has_lengthscale = False
