@@ -86,14 +86,12 @@ class GPXPredictionStrategy(DefaultPredictionStrategy):
 
     # ---------------------------------------------------------- lazily evaluated GPX kernels (issue 13)
     def __init__(self, train_inputs, train_prior_dist, train_labels, likelihood, root=None, inv_root=None):
+        covar = train_prior_dist.lazy_covariance_matrix
+        if isinstance(covar, LazyEvaluatedKernelTensor):
+            # evaluated once here, so that the likelihood noise folds into GPX's structured operator (the inducing /
+            # grid-feature Woodbury operator) and the caches below all use the same training covariance
+            train_prior_dist = train_prior_dist.__class__(train_prior_dist.mean, covar.evaluate_kernel())
         super().__init__(train_inputs, train_prior_dist, train_labels, likelihood, root=root, inv_root=inv_root)
-        covar = self.lik_train_train_covar
-        if root is None and inv_root is None and not isinstance(covar, GPXInducingLinearOperator):
-            # GPyTorch's lazily evaluated kernel plus the likelihood noise: evaluated, the noise folds into the
-            # inducing-point / grid-feature Woodbury operator (AddedDiagLinearOperator.evaluate_kernel adds it)
-            evaluated = covar.evaluate_kernel()
-            if isinstance(evaluated, GPXInducingLinearOperator):
-                self.lik_train_train_covar = evaluated
 
     def exact_prediction(self, test_mean, test_test_covar, test_train_covar):
         r"""GPyTorch's exact prediction, with the test/train block as a cross-covariance.
