@@ -278,7 +278,13 @@ class GPXKernel(Kernel):
                 base_diag = to_dense(self.base_kernel(xx1, xx2, diag=True, **params))
             res = base_diag * (z1 * z2).sum(-1)
             return res + self.weight_noise * (z1 * z1).sum(-1) if same else res
-        base = grid_op if grid_op is not None else to_linear_operator(self.base_kernel(xx1, xx2, **params))
+        if grid_op is not None:
+            base = grid_op
+        else:
+            # kept lazy (GPyTorch evaluates nested kernels eagerly inside ``evaluate_kernel``): the Hadamard operator
+            # evaluates it in row blocks, so K (n x n) is never held whole next to the result
+            with gsettings.lazily_evaluate_kernels(True):
+                base = to_linear_operator(self.base_kernel(xx1, xx2, **params))
         res = LowRankHadamardLinearOperator(base, z1, z2)
         if same:
             res = _SampleDiagAddedLinearOperator(res, DiagLinearOperator(self.weight_noise * (z1 * z1).sum(-1)))
