@@ -15,6 +15,7 @@ import torch
 from gpytorch.kernels import AdditiveKernel, RBFKernel, ScaleKernel
 
 from gpytorch_explain import GPXKernel, GPXModel, GPXPredictionStrategy
+from gpytorch_explain import settings as explain_settings
 from tests.helpers import generator
 
 DT = torch.float64
@@ -176,3 +177,41 @@ def test_additive_kernel_needs_eager_kernels_as_documented():
     torch.testing.assert_close(out.mean, mean, **TOL)
     prior = c - NOISE * eye
     torch.testing.assert_close(out.covariance_matrix, prior - k_star @ torch.linalg.solve(c, k_star.T), **TOL)
+
+
+@pytest.mark.filterwarnings("ignore:The input matches the stored training data")
+@pytest.mark.parametrize("correction", [True, False])
+@pytest.mark.parametrize("limit", [10_000, 0])
+def test_gpx_model_with_inducing_points_at_the_training_inputs(correction, limit):
+    """SGPR base: the test/train block at equal inputs is a ``GPXInducingLinearOperator`` (Woodbury form) whose
+    diagonal (σw²‖z‖², plus GPyTorch's SGPR correction (k_ii - q_ii)‖z_i‖² in eval mode) must go; the test/test
+    block keeps both. limit 0 takes the inducing-space path (``model(x, z)`` from the weight posterior)."""
+    x, z, y = _data(True)
+    inducing = torch.randn(6, D, dtype=DT, generator=generator(8))
+    base = gpytorch.kernels.InducingPointKernel(_base(), inducing.clone(), _likelihood())
+    model = GPXModel(x, y, z, likelihood=_likelihood(), base_kernel=base)
+    model.weight_noise = torch.tensor(WN, dtype=DT)
+    model.eval()
+
+    def q(a, b):
+        return _rbf(a, inducing) @ torch.linalg.solve(_rbf(inducing, inducing), _rbf(inducing, b))
+
+    eye = torch.eye(N, dtype=DT)
+    c = (q(x, x) + WN * eye) * (z @ z.T) + NOISE * eye  # the training covariance never has the correction
+    for xs, zs in _test_sets(x, z).values():
+        k_star = q(xs, x) * (zs @ z.T)
+        prior = (q(xs, xs) + WN * torch.eye(len(xs), dtype=DT)) * (zs @ zs.T)
+        if correction:
+            prior = prior + torch.diag((_rbf(xs, xs).diagonal() - q(xs, xs).diagonal()) * zs.pow(2).sum(-1))
+        mean = k_star @ torch.linalg.solve(c, y)
+        cov = prior - k_star @ torch.linalg.solve(c, k_star.T)
+        model.prediction_strategy = None
+        with (
+            gpytorch.settings.sgpr_diagonal_correction(correction),
+            gpytorch.settings.max_cholesky_size(limit),
+            explain_settings.max_cholesky_size(limit),
+            torch.no_grad(),
+        ):
+            out = model(xs, zs)
+            torch.testing.assert_close(out.mean, mean, **TOL)
+            torch.testing.assert_close(out.covariance_matrix, cov, **TOL)
