@@ -101,7 +101,8 @@ class GPXPredictionStrategy(DefaultPredictionStrategy):
         GPX kernel sees equal inputs and returns the joint covariance with the sample diagonal
         :math:`\sigma_w^2\|\mathbf z_i\|^2` (and, for an SGPR base in eval mode, its diagonal correction); but test
         and training points are different samples, whose weight noises are independent, so that diagonal is
-        removed here (also inside ``ScaleKernel``/``AdditiveKernel`` results). The test/test block keeps it.
+        removed here (also inside wrappers that delegate to this strategy, e.g. ``ScaleKernel``). The test/test block
+        keeps it.
         """
         if isinstance(test_train_covar, LazyEvaluatedKernelTensor):  # (an AddedDiag's evaluate_kernel re-adds)
             test_train_covar = test_train_covar.evaluate_kernel()
