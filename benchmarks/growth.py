@@ -168,7 +168,7 @@ def measure(which: str, n: int, args) -> dict:
     res["rss_pred"] = _peak_rss_gib()
     if which == "gpx":  # width of the feature map (M inducing points, or the rank of the KISS-GP grid root)
         with torch.no_grad():
-            op = model.covar_module(model.train_inputs[0][:2])
+            op = model.covar_module(model.train_inputs[0][:2]).evaluate_kernel()
         res["width"] = op.phi.size(-1) if hasattr(op, "phi") else None
     return res
 

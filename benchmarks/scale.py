@@ -443,7 +443,7 @@ def run_model(which: str, args) -> dict:
     grid_feats = (
         which == "gpx"
         and args.method == "kissgp"
-        and isinstance(model.covar_module(model.train_inputs[0][:2]), GPXInducingLinearOperator)
+        and isinstance(model.covar_module(model.train_inputs[0][:2]).evaluate_kernel(), GPXInducingLinearOperator)
     )
     # auto/solve: the library's default (fast_pred_var off): GPX's dense factor while it fits
     # gpytorch_explain.settings.dense_memory_budget, else exact CG solves; cg: CG even where the factor fits

@@ -78,9 +78,34 @@ class GPXKernel(Kernel):
         \qquad
         \operatorname{Cov}(\mathbf f) = (\mathbf K + \sigma_w^2 \mathbf I) \odot \mathbf Z \mathbf Z^\top .
 
-    The weight-noise term is tied to the *sample* index: it appears on the diagonal of
-    ``kernel(X)`` (which for a GPyTorch ``ExactGP`` is the joint train+test evaluation) and
-    never in a cross-covariance ``kernel(X1, X2)``.
+    The weight-noise term is tied to the *sample* index. ``GPXKernel`` follows GPyTorch's ``Kernel``
+    contract (``Kernel.__call__`` selects ``active_dims`` and returns a ``LazyEvaluatedKernelTensor``;
+    :meth:`forward` returns linear operators), and "same samples" is decided as GPyTorch decides
+    :math:`\mathbf X_1 = \mathbf X_2` (``torch.equal``, same shape and values), unless ``same_samples`` says
+    otherwise:
+
+    .. math::
+
+        \texttt{kernel}(\mathbf X_1, \mathbf X_2) =
+        \begin{cases}
+        (\mathbf K_{11} + \sigma_w^2\mathbf I) \odot \mathbf Z_1\mathbf Z_1^\top
+            & \mathbf X_1 = \mathbf X_2 \text{ (or } \texttt{same\_samples=True}\text{)},\\
+        \mathbf K_{12} \odot \mathbf Z_1\mathbf Z_2^\top
+            & \text{otherwise (or } \texttt{same\_samples=False}\text{)}.
+        \end{cases}
+
+    So ``kernel(X)``, ``kernel(X, X)``, ``kernel(X, X.clone())`` and ``kernel(X, diag=True)`` carry
+    :math:`\sigma_w^2\|\mathbf z_i\|^2`; ``kernel(X1, X2, same_samples=False)`` is the cross-covariance between
+    two sets of samples even when they are equal (e.g. predictions at the training inputs). In an ``ExactGP``,
+    ``GPyTorch`` slices the lazy joint train+test covariance before evaluating it, so its test/train block is the
+    kernel at ``(X_test, X_train)``; :class:`~gpytorch_explain.GPXPredictionStrategy` (returned by
+    :meth:`prediction_strategy`, to which ``ScaleKernel`` and ``AdditiveStructureKernel`` delegate) removes the
+    sample diagonal from that block when the two are equal. Slices of the lazy ``kernel(X)`` are the kernel at the
+    sliced inputs (GPyTorch's ``LazyEvaluatedKernelTensor``): a block whose rows and columns select different
+    inputs has no :math:`\sigma_w^2`; ``kernel(X).evaluate_kernel()`` is the joint operator, sliced by sample
+    index. Inside ``AdditiveKernel``/``ProductKernel`` the top kernel chooses GPyTorch's default prediction
+    strategy, which does not know the sample diagonal: predicting there at inputs equal to the training inputs
+    needs ``gpytorch.settings.lazily_evaluate_kernels(False)`` (the joint is then sliced by index).
 
     Inputs carry both representations: each row is :math:`[\mathbf x_i \,|\, \mathbf z_i]`
     (``x_dims`` columns of :math:`\mathbf x` followed by ``z_dims`` columns of :math:`\mathbf z`).
@@ -118,6 +143,10 @@ class GPXKernel(Kernel):
         >>> x = torch.randn(10, 3)
         >>> kernel(x).shape
         torch.Size([10, 10])
+        >>> joint, cross = kernel(x, x.clone()), kernel(x, x, same_samples=False)
+        >>> z2 = x.pow(2).sum(-1)  # here z = x
+        >>> torch.allclose(joint.diagonal() - cross.diagonal(), kernel.weight_noise * z2)
+        True
     """
 
     has_lengthscale = False
@@ -208,31 +237,29 @@ class GPXKernel(Kernel):
         self._buffers["feature_scale"] = scale.clone()
 
     # --------------------------------------------------------------- covariance
-    def __call__(
-        self, x1: Tensor, x2: Tensor | None = None, diag: bool = False, last_dim_is_batch: bool = False, **params
+    def forward(
+        self,
+        x1: Tensor,
+        x2: Tensor,
+        diag: bool = False,
+        last_dim_is_batch: bool = False,
+        *,
+        same_samples: bool | None = None,
+        **params,
     ) -> LinearOperator | Tensor:
-        """The covariance, evaluated at once as a structured operator (like GPyTorch's ``ProductStructureKernel``,
-        which overrides ``__call__`` for the same reason: its result must not be sliced before evaluation).
+        r"""The GPX covariance between the samples of ``x1`` and those of ``x2`` (see the class docstring).
 
-        ``Kernel.__call__`` would return a ``LazyEvaluatedKernelTensor`` that GPyTorch slices *before* evaluation
-        (the test/train block of the joint train+test covariance is then ``forward(X_test, X_train)``). The
-        weight-noise diagonal belongs to the sample index, which a sliced input no longer carries; evaluated here,
-        the joint operator is sliced by index instead (the sample-diagonal operator keeps diagonal blocks and drops
-        off-diagonal ones). "Same samples" is ``x2 is None`` or the same tensor: ``kernel(X, X.clone())`` is a
-        cross-covariance (see ``tests/kernels/test_gpx_kernel.py``). :meth:`forward` is the dense entry point.
+        :param same_samples: Whether row :math:`i` of ``x1`` and row :math:`i` of ``x2`` are the same sample, so
+            that :math:`\sigma_w^2\|\mathbf z_i\|^2` is added at :math:`(i, i)`. ``None`` (default): when
+            ``x1`` and ``x2`` are equal (same shape and values, ``torch.equal``), GPyTorch's convention
+            (``Kernel.covar_dist``'s ``x1_eq_x2``). ``False``: a cross-covariance between two sets of samples,
+            whatever their values. ``True``: the joint covariance (``x1`` and ``x2`` must then be equal).
+            Through ``Kernel.__call__`` it is a keyword: ``kernel(x, x, same_samples=False)``.
+        :return: A ``LinearOperator`` (the diagonal as a ``Tensor`` when ``diag=True``).
         """
         if last_dim_is_batch:
             raise NotImplementedError("GPXKernel does not support last_dim_is_batch.")
-        same = x2 is None or x2 is x1
-        if self.active_dims is not None:  # Kernel.__call__'s column selection, which this override replaces
-            x1 = x1.index_select(-1, self.active_dims)
-            x2 = None if same else x2.index_select(-1, self.active_dims)
-        if x1.dim() == 1:
-            x1 = x1.unsqueeze(-1)
-        if x2 is None:
-            x2 = x1
-        elif x2.dim() == 1:
-            x2 = x2.unsqueeze(-1)
+        same = self._same_samples(x1, x2, same_samples)
         xx1, z1 = self.split_inputs(x1)
         xx2, z2 = (xx1, z1) if same else self.split_inputs(x2)
         if isinstance(self.base_kernel, InducingPointKernel):
@@ -248,14 +275,44 @@ class GPXKernel(Kernel):
             if grid_op is not None:
                 base_diag = grid_op.diagonal()
             else:
-                base_diag = self.base_kernel(xx1, xx2, diag=True, **params)
+                base_diag = to_dense(self.base_kernel(xx1, xx2, diag=True, **params))
             res = base_diag * (z1 * z2).sum(-1)
             return res + self.weight_noise * (z1 * z1).sum(-1) if same else res
-        base = grid_op if grid_op is not None else to_linear_operator(self.base_kernel(xx1, xx2, **params))
+        if grid_op is not None:
+            base = grid_op
+        else:
+            # kept lazy (GPyTorch evaluates nested kernels eagerly inside ``evaluate_kernel``): the Hadamard operator
+            # evaluates it in row blocks, so K (n x n) is never held whole next to the result
+            with gsettings.lazily_evaluate_kernels(True):
+                base = to_linear_operator(self.base_kernel(xx1, xx2, **params))
         res = LowRankHadamardLinearOperator(base, z1, z2)
         if same:
             res = _SampleDiagAddedLinearOperator(res, DiagLinearOperator(self.weight_noise * (z1 * z1).sum(-1)))
         return res
+
+    @staticmethod
+    def _same_samples(x1: Tensor, x2: Tensor, same_samples: bool | None) -> bool:
+        """Resolve ``same_samples`` (see :meth:`forward`): ``None`` is value equality."""
+        if same_samples is None:
+            return x1.shape == x2.shape and torch.equal(x1, x2)
+        if not isinstance(same_samples, bool):
+            raise TypeError(f"same_samples must be None, True or False, got {same_samples!r}.")
+        if same_samples and not (x1.shape == x2.shape and torch.equal(x1, x2)):
+            raise ValueError(
+                "same_samples=True (the joint covariance of one set of samples) needs x1 and x2 equal in shape and "
+                f"values; got shapes {tuple(x1.shape)} and {tuple(x2.shape)}"
+                + ("" if x1.shape != x2.shape else " with different values")
+                + ". Use same_samples=False for a cross-covariance."
+            )
+        return same_samples
+
+    def prediction_strategy(self, train_inputs, train_prior_dist, train_labels, likelihood):
+        r"""GPyTorch's hook for ``ExactGP`` predictions: :class:`~gpytorch_explain.GPXPredictionStrategy`, which
+        also keeps :math:`\sigma_w^2` out of the test/train block when the test inputs equal the training inputs.
+        ``ScaleKernel`` and ``AdditiveStructureKernel`` delegate to it."""
+        from ..models.gpx_prediction_strategy import GPXPredictionStrategy  # models import kernels
+
+        return GPXPredictionStrategy(train_inputs, train_prior_dist, train_labels, likelihood)
 
     def _grid_operator(self, x1: Tensor, x2: Tensor | None) -> LinearOperator | None:
         """A multi-dimensional or product-structure KISS-GP base as the interpolation of its own base kernel
@@ -375,10 +432,6 @@ class GPXKernel(Kernel):
         if diag:
             return (phi1 * phi2).sum(-1) * (z1 * z2).sum(-1)
         return LowRankHadamardLinearOperator(MatmulLinearOperator(phi1, phi2.mT), z1, z2)
-
-    def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, **params) -> Tensor:
-        res = self(x1, x2 if x2 is not x1 else None, diag=diag, **params)
-        return res if diag else res.to_dense()
 
     def num_outputs_per_input(self, x1: Tensor, x2: Tensor) -> int:
         return 1

@@ -10,6 +10,7 @@ import torch
 from gpytorch import settings as gsettings
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from gpytorch.kernels import InducingPointKernel, Kernel, RBFKernel, ScaleKernel
+from gpytorch.lazy import LazyEvaluatedKernelTensor
 from gpytorch.likelihoods import GaussianLikelihood, Likelihood
 from gpytorch.means import ConstantMean, ZeroMean
 from torch import Tensor
@@ -322,8 +323,13 @@ class GPXModel(gpytorch.models.ExactGP):
     def _get_train_prior_distribution(self, train_inputs, **kwargs) -> MultivariateNormal:
         # the training covariance of an inducing-point base is the Nyström one, as in training;
         # GPyTorch's SGPR diagonal correction belongs to test points only
+        # (evaluated inside the setting: the lazy kernel tensor would read it when evaluated)
         with gsettings.sgpr_diagonal_correction(False):
-            return super()._get_train_prior_distribution(train_inputs, **kwargs)
+            prior = super()._get_train_prior_distribution(train_inputs, **kwargs)
+            covar = prior.lazy_covariance_matrix
+            if isinstance(covar, LazyEvaluatedKernelTensor):
+                prior = MultivariateNormal(prior.mean, covar.evaluate_kernel())
+            return prior
 
     def _cover_grid(self, x: Tensor) -> None:
         """Eval mode, KISS-GP base through grid features: if ``x`` falls outside the grid, refit the grid to span

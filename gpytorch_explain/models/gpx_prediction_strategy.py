@@ -22,6 +22,7 @@ from torch import Tensor
 
 from .. import settings as explain_settings
 from ..operators import GPXInducingLinearOperator
+from ..operators.sample_diag_added_linear_operator import _without_sample_diagonal
 from ..utils import dense_cholesky, dense_limit, solve_checked, uses_dense_path
 from ..utils.memory import available_memory
 
@@ -139,3 +140,28 @@ class GPXPredictionStrategy(DefaultPredictionStrategy):
         if torch.is_tensor(test_test_covar):
             return to_linear_operator(test_test_covar) + correction
         return test_test_covar + correction
+
+    # ---------------------------------------------------------- lazily evaluated GPX kernels (issue 13)
+    def __init__(self, train_inputs, train_prior_dist, train_labels, likelihood, root=None, inv_root=None):
+        covar = train_prior_dist.lazy_covariance_matrix
+        if isinstance(covar, LazyEvaluatedKernelTensor):
+            # evaluated once here, so that the likelihood noise folds into GPX's structured operator (the inducing /
+            # grid-feature Woodbury operator) and the caches below all use the same training covariance
+            train_prior_dist = train_prior_dist.__class__(train_prior_dist.mean, covar.evaluate_kernel())
+        super().__init__(train_inputs, train_prior_dist, train_labels, likelihood, root=root, inv_root=inv_root)
+
+    def exact_prediction(self, test_mean, test_test_covar, test_train_covar):
+        r"""GPyTorch's exact prediction, with the test/train block as a cross-covariance.
+
+        ``ExactGP`` slices the lazily evaluated joint train+test covariance before evaluating it, so the test/train
+        block is the kernel at ``(X_test, X_train)``. When those are equal (predicting at the training inputs), a
+        GPX kernel sees equal inputs and returns the joint covariance with the sample diagonal
+        :math:`\sigma_w^2\|\mathbf z_i\|^2` (and, for an SGPR base in eval mode, its diagonal correction); but test
+        and training points are different samples, whose weight noises are independent, so that diagonal is
+        removed here (also inside wrappers that delegate to this strategy, e.g. ``ScaleKernel``). The test/test block
+        keeps it.
+        """
+        if isinstance(test_train_covar, LazyEvaluatedKernelTensor):  # (an AddedDiag's evaluate_kernel re-adds)
+            test_train_covar = test_train_covar.evaluate_kernel()
+        test_train_covar, _ = _without_sample_diagonal(test_train_covar)
+        return super().exact_prediction(test_mean, test_test_covar, test_train_covar)

@@ -22,7 +22,15 @@ Example:
 
 from __future__ import annotations
 
-from linear_operator.operators import AddedDiagLinearOperator, DiagLinearOperator
+from linear_operator.operators import (
+    AddedDiagLinearOperator,
+    DiagLinearOperator,
+    LinearOperator,
+    MatmulLinearOperator,
+)
+
+from .gpx_inducing_linear_operator import GPXInducingLinearOperator
+from .low_rank_hadamard_linear_operator import LowRankHadamardLinearOperator
 
 __all__: list[str] = []
 
@@ -56,3 +64,33 @@ class _SampleDiagAddedLinearOperator(AddedDiagLinearOperator):
                 return _SampleDiagAddedLinearOperator(base, DiagLinearOperator(diag))
         return super()._getitem(row_index, col_index, *batch_indices)
 
+
+
+def _without_sample_diagonal(op):
+    r"""``op`` with every GPX sample diagonal removed: the cross-covariance between two sets of samples.
+
+    A GPX covariance evaluated on equal inputs is the joint one, :math:`(\mathbf K + \sigma_w^2\mathbf I)\odot
+    \mathbf Z\mathbf Z^\top` (a :class:`_SampleDiagAddedLinearOperator`, or a
+    :class:`~gpytorch_explain.operators.GPXInducingLinearOperator` whose diagonal is the sample diagonal). When
+    those inputs are two different sets of samples that happen to be equal (the test/train block of an
+    ``ExactGP`` prediction at the training inputs), the diagonal does not belong there. Wrappers built by kernels
+    around it (``ScaleKernel``'s constant multiple, ``AdditiveKernel``'s sum, ...) are rebuilt from their
+    arguments as linear_operator's representation tree does; anything else is returned unchanged.
+
+    :return: ``(op_without_diagonal, found)``, ``found`` telling whether a sample diagonal was removed.
+    """
+    if isinstance(op, _SampleDiagAddedLinearOperator):
+        return op._linear_op, True
+    if isinstance(op, GPXInducingLinearOperator):
+        return LowRankHadamardLinearOperator(MatmulLinearOperator(op.phi, op.phi.mT), op.z, op.z), True
+    if not isinstance(op, LinearOperator):
+        return op, False
+    found = False
+    args = []
+    for arg in op._args:
+        new, hit = _without_sample_diagonal(arg)
+        args.append(new)
+        found = found or hit
+    if not found:
+        return op, False
+    return op.__class__(*args, **op._kwargs), True

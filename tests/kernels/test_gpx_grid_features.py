@@ -207,7 +207,7 @@ def test_marginal_likelihood_and_gradients(name, dense_limit):
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
     with explain_settings.max_cholesky_size(dense_limit), gpytorch.settings.max_cholesky_size(dense_limit):
         out = model(x, z)
-        assert isinstance(out.lazy_covariance_matrix, GPXInducingLinearOperator)
+        assert isinstance(out.lazy_covariance_matrix.evaluate_kernel(), GPXInducingLinearOperator)
         value = mll(out, y)
     grads = torch.autograd.grad(value, params)
 
@@ -322,10 +322,10 @@ def test_wide_roots_and_the_switch_fall_back_to_the_lazy_operator():
     model.train()
     inputs = model.train_inputs[0]
     with explain_settings.max_grid_feature_width(2):
-        wide = model.covar_module(inputs)
+        wide = model.covar_module(inputs).evaluate_kernel()  # settings apply at evaluation
     with explain_settings.use_grid_features(False):
-        off = model.covar_module(inputs)
-    feat = model.covar_module(inputs)
+        off = model.covar_module(inputs).evaluate_kernel()
+    feat = model.covar_module(inputs).evaluate_kernel()
     assert isinstance(feat, GPXInducingLinearOperator)
     for op in (wide, off):
         assert not isinstance(op, GPXInducingLinearOperator)
@@ -372,11 +372,11 @@ def test_falling_back_to_gpytorchs_multidimensional_kissgp_warns():
     model, x, y, z = _model("2d_ard_scaled", n=30)
     model.train()
     with explain_settings.use_grid_features(False), pytest.warns(RuntimeWarning, match="opposite order"):
-        model.covar_module(model.train_inputs[0])
+        model.covar_module(model.train_inputs[0]).evaluate_kernel()
     one_d, *_ = _model("additive", n=30)
     with explain_settings.use_grid_features(False), warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        one_d.covar_module(one_d.train_inputs[0])  # 1-D grids: nothing to warn about
+        one_d.covar_module(one_d.train_inputs[0]).evaluate_kernel()  # 1-D grids: nothing to warn about
 
 
 def test_product_structure_matches_the_product_of_one_dimensional_skis_beyond_the_dense_limit():
@@ -397,7 +397,7 @@ def test_product_structure_matches_the_product_of_one_dimensional_skis_beyond_th
     model, *_ = _model("product", n=30)
     model.train()
     with explain_settings.use_grid_features(False), pytest.warns(RuntimeWarning, match="ProductStructureKernel"):
-        model.covar_module(model.train_inputs[0])
+        model.covar_module(model.train_inputs[0]).evaluate_kernel()
 
 
 def test_product_structure_root_too_wide_is_detected_without_forming_it():
@@ -427,7 +427,7 @@ def test_roots_too_wide_for_features_use_the_interpolated_grid_operator(name):
         # up to the dense limit: C is densified, K = ΦΦᵀ from the untruncated root; above it: the grid operator
         for limit, base_type in ((10_000, MatmulLinearOperator), (0, _GridInterpolatedLinearOperator)):
             with gpytorch.settings.max_cholesky_size(limit), explain_settings.max_cholesky_size(limit):
-                op = model.covar_module(model.train_inputs[0])
+                op = model.covar_module(model.train_inputs[0]).evaluate_kernel()
                 diag = model.covar_module(model.train_inputs[0], diag=True)
             assert not isinstance(op, GPXInducingLinearOperator)
             assert isinstance(op._linear_op.base_linear_op, base_type)

@@ -80,8 +80,8 @@ def test_joint_evaluation_equals_dense(z_mode):
     # the diagonal holds σw² ‖z‖² on top of k(x, x) ‖z‖²
     torch.testing.assert_close(op.diagonal(), expected.diagonal(), **TOL)
     torch.testing.assert_close(kernel(X, diag=True), expected.diagonal(), **TOL)
-    # ``forward`` (GPyTorch's dense entry point) agrees
-    torch.testing.assert_close(kernel.forward(X, X), expected, **TOL)
+    # ``forward`` (a LinearOperator, as GPyTorch's contract allows) agrees
+    torch.testing.assert_close(kernel.forward(X, X).to_dense(), expected, **TOL)
     # products
     v = torch.randn(9, 2, dtype=DTYPE, generator=_gen(1))
     torch.testing.assert_close(op @ v, expected @ v, **TOL)
@@ -92,28 +92,41 @@ def test_cross_covariance_has_no_weight_noise(z_mode):
     kernel = _gpx_kernel(z_mode)
     X1, x1, z1 = _inputs(z_mode, 7, 0)
     X2, x2, z2 = _inputs(z_mode, 5, 1)
-    op = kernel(X1, X2)
-    assert isinstance(op, LowRankHadamardLinearOperator)
+    op = kernel(X1, X2)  # GPyTorch's LazyEvaluatedKernelTensor, evaluated to GPX's operator
+    assert isinstance(op.evaluate_kernel(), LowRankHadamardLinearOperator)
     expected = _dense_gpx(_base_dense(kernel, x1, x2), z1, z2)
     torch.testing.assert_close(op.to_dense(), expected, **TOL)
-    torch.testing.assert_close(kernel.forward(X1, X2), expected, **TOL)
+    torch.testing.assert_close(kernel.forward(X1, X2).to_dense(), expected, **TOL)
     torch.testing.assert_close(kernel(X2, X1).to_dense(), expected.mT, **TOL)
 
 
 @pytest.mark.parametrize("z_mode", ["z", "x"])
-def test_joint_vs_cross_is_decided_by_tensor_identity(z_mode):
-    """Documented behaviour: σw² is tied to the *sample*, and "same sample" means ``x2 is x1``
-    (or ``x2=None``). Two distinct tensors holding the same values are treated as different samples
-    (e.g. a test point that coincides with a training point), so ``kernel(X, X.clone())`` has no σw²."""
+def test_joint_vs_cross_is_decided_by_values_or_same_samples(z_mode):
+    """The contract (issue 13): σw² is tied to the *sample*; "same samples" is GPyTorch's value equality
+    (``torch.equal``), so ``kernel(X, X.clone())`` is the joint covariance, and ``same_samples=False`` asks for the
+    cross-covariance between two sets of samples that happen to be equal. (Before, ``X.clone()`` meant "cross".)"""
     kernel = _gpx_kernel(z_mode)
     X, x, z = _inputs(z_mode, 6, 0)
     joint = _dense_gpx(_base_dense(kernel, x, x), z, z, kernel.weight_noise)
     cross = _dense_gpx(_base_dense(kernel, x, x), z, z)
     torch.testing.assert_close(kernel(X).to_dense(), joint, **TOL)
     torch.testing.assert_close(kernel(X, X).to_dense(), joint, **TOL)
-    torch.testing.assert_close(kernel(X, X.clone()).to_dense(), cross, **TOL)
-    torch.testing.assert_close(kernel.forward(X, X.clone()), cross, **TOL)
+    torch.testing.assert_close(kernel(X, X.clone()).to_dense(), joint, **TOL)
+    torch.testing.assert_close(kernel(X, X, same_samples=False).to_dense(), cross, **TOL)
+    torch.testing.assert_close(kernel(X, X.clone(), same_samples=False).to_dense(), cross, **TOL)
+    torch.testing.assert_close(kernel.forward(X, X.clone(), same_samples=False).to_dense(), cross, **TOL)
+    torch.testing.assert_close(kernel(X, X.clone(), same_samples=True).to_dense(), joint, **TOL)
+    torch.testing.assert_close(kernel(X, X.clone(), diag=True), joint.diagonal(), **TOL)
+    torch.testing.assert_close(kernel(X, X, diag=True, same_samples=False), cross.diagonal(), **TOL)
     assert not torch.allclose(joint, cross)
+    X2 = X.clone()
+    X2[0, 0] += 1.0
+    with pytest.raises(ValueError, match="same_samples=True"):
+        kernel(X, X2, same_samples=True).to_dense()
+    with pytest.raises(ValueError, match="same_samples=True"):
+        kernel(X, X[:4], same_samples=True).to_dense()
+    with pytest.raises(TypeError, match="same_samples"):
+        kernel(X, X, same_samples=1).to_dense()
 
 
 @pytest.mark.parametrize("z_mode", ["z", "x"])
@@ -140,16 +153,22 @@ def test_joint_train_test_blocks(z_mode):
     torch.testing.assert_close(full[..., n:, :n].to_dense(), test_train, **TOL)
     torch.testing.assert_close(full[..., :n, n:].to_dense(), test_train.mT, **TOL)
     torch.testing.assert_close(full[..., :n, :n].to_dense(), train_train, **TOL)
-    # the eager path (``joint_covar[..., n:, :]``) and the evaluated blocks ExactGP uses
-    torch.testing.assert_close(full[..., n:, :].to_dense(), torch.cat([test_train, test_test], -1), **TOL)
+    # the evaluated blocks ExactGP uses
     torch.testing.assert_close(full[..., n:, n:].evaluate_kernel().to_dense(), test_test, **TOL)
     torch.testing.assert_close(full[..., n:, :n].evaluate_kernel().to_dense(), test_train, **TOL)
     # diagonal of the test-test block: σw²‖z‖² on top of k ‖z‖²
     torch.testing.assert_close(full[..., n:, n:].diagonal(), test_test.diagonal(), **TOL)
-    # partially overlapping blocks (generic path) are still right
+    # the evaluated joint operator is sliced by index: partially overlapping blocks keep σw² where rows and
+    # columns are the same samples
+    joint = full.evaluate_kernel()
     dense_full = torch.block_diag(train_train, test_test)
     dense_full[n:, :n], dense_full[:n, n:] = test_train, test_train.mT
-    torch.testing.assert_close(full[..., 3:11, 5:12].to_dense(), dense_full[3:11, 5:12], **TOL)
+    torch.testing.assert_close(joint[..., n:, :].to_dense(), dense_full[n:], **TOL)
+    torch.testing.assert_close(joint[..., 3:11, 5:12].to_dense(), dense_full[3:11, 5:12], **TOL)
+    # the lazy one (GPyTorch's LazyEvaluatedKernelTensor) slices the *inputs*: a block whose rows and columns are
+    # different inputs is the cross-covariance between them (documented in the GPXKernel docstring)
+    X = torch.cat([Xtr, Xte], dim=-2)
+    torch.testing.assert_close(full[..., n:, :].to_dense(), kernel(Xte, X).to_dense(), **TOL)
     torch.testing.assert_close(full.to_dense(), dense_full, **TOL)
 
 
@@ -199,7 +218,7 @@ def test_gpx_kernel_kissgp_base(grid_dims):
     x = torch.rand(10, grid_dims, dtype=DTYPE, generator=_gen(0))
     z = torch.randn(10, 2, dtype=DTYPE, generator=_gen(1))
     with settings.use_grid_features(False):  # the lazy Hadamard operator over the interpolated operator
-        op = kernel(torch.cat([x, z], -1))
+        op = kernel(torch.cat([x, z], -1)).evaluate_kernel()  # settings apply when the kernel is evaluated
     assert isinstance(op._linear_op, LowRankHadamardLinearOperator)
     expected = _dense_gpx(base(x, x).to_dense(), z, z, kernel.weight_noise)
     torch.testing.assert_close(op.to_dense(), expected, **TOL)
@@ -228,8 +247,10 @@ def test_kissgp_to_dense_in_blocks_matches_and_keeps_gradients(monkeypatch):
 
 def test_gpx_kernel_wrong_column_count_is_clear():
     kernel = _gpx_kernel("z")
+    with pytest.raises(ValueError, match="5 columns"):  # raised when the lazy kernel tensor is evaluated
+        kernel(torch.randn(4, 4, dtype=DTYPE)).to_dense()
     with pytest.raises(ValueError, match="5 columns"):
-        kernel(torch.randn(4, 4, dtype=DTYPE))
+        kernel(torch.randn(4, 4, dtype=DTYPE), diag=True)
 
 
 # =============================================================================================
@@ -505,8 +526,9 @@ def test_gpx_kernel_rows_do_not_use_the_generic_path():
     X, x, z = _inputs("z", 10, 0)
     expected = _dense_gpx(_base_dense(kernel, x, x), z, z, kernel.weight_noise)
     rows = torch.tensor([0, 4, 9])
+    joint = kernel(X).evaluate_kernel()  # indexed by sample (the lazy tensor would index the inputs)
     with mock.patch.object(LinearOperator, "_get_indices", side_effect=AssertionError("generic _get_indices")):
-        got = kernel(X)[rows.unsqueeze(-1), torch.arange(10)]
+        got = joint[rows.unsqueeze(-1), torch.arange(10)]
     torch.testing.assert_close(got, expected[rows], **TOL)
 
 
