@@ -292,7 +292,8 @@ def fit_variational_gpx_model(
     :param objective: ``"gpx"`` (:class:`GPXVariationalELBO`, default) or ``"elbo"`` (GPyTorch's
         ``VariationalELBO``, weight noise inside :math:`q(f)`; looser).
     :param num_data: :math:`n` for the ELBO's scaling (default: the dataset's length).
-    :param shuffle, generator: Shuffling of the internal ``DataLoader``.
+    :param shuffle: Whether the internal ``DataLoader`` shuffles the data.
+    :param generator: The ``torch.Generator`` of that shuffling.
     :param progress: Show a tqdm progress bar over epochs.
     :return: The model in eval mode; ``model.fit_history`` holds the mean loss (negative ELBO per datum) of each
         epoch.

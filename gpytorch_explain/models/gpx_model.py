@@ -366,7 +366,7 @@ class GPXModel(gpytorch.models.ExactGP):
 
     def check_memory(self, what: str = "GPX", training: bool = False) -> None:
         """Raise ``MemoryError`` (warn above half) when the dense/CG path over the :math:`n\times n` covariance needs
-        more memory than the device has (estimate: :func:`~gpytorch_explain.models.gpx_checks.dense_memory_estimate`);
+        more memory than the device has (estimate: ``gpytorch_explain.models.gpx_checks.dense_memory_estimate``);
         the message names the estimate and the alternatives. Inducing-point and grid-feature bases need no
         :math:`n\times n` matrix and are not checked. Off with ``gpytorch_explain.settings.check_memory(False)``."""
         base = self.covar_module.base_kernel
@@ -509,12 +509,12 @@ class GPXModel(gpytorch.models.ExactGP):
 
     @property
     def num_outputs(self) -> int:
-        """BoTorch's number of outputs: 1."""
+        """The number of outputs as BoTorch reads it, always 1."""
         return 1
 
     @property
     def batch_shape(self) -> torch.Size:
-        """BoTorch's model batch shape (GPX models are not batched): ``torch.Size([])``."""
+        """The model batch shape as BoTorch reads it, always ``torch.Size([])`` (GPX models are not batched)."""
         return torch.Size([])
 
     def posterior(
@@ -528,7 +528,7 @@ class GPXModel(gpytorch.models.ExactGP):
         r"""BoTorch's model interface (duck-typed, like ``botorch.models.model.Model``: ``posterior``,
         ``num_outputs``, ``batch_shape``): the joint posterior of :math:`f` (or :math:`y`) at each ``q``-batch of
         ``X``, a ``botorch.posteriors.GPyTorchPosterior``; see
-        :func:`~gpytorch_explain.models.gpx_botorch.gpx_posterior`. (No doctest here: importing BoTorch changes
+        ``gpytorch_explain.models.gpx_botorch.gpx_posterior``. (No doctest here: importing BoTorch changes
         GPyTorch's global defaults for the rest of a test session; ``tests/models/test_gpx_botorch.py`` restores them.)
 
         Usage::
