@@ -2,7 +2,7 @@
 
 Build locally (from the repository root, in the project's environment)::
 
-    GPYTORCH_EXPLAIN_TUTORIAL_SMALL=1 python -m sphinx -W --keep-going -b html docs docs/_build/html
+    GPYTORCH_EXPLAIN_TUTORIAL_SMALL=1 python -m sphinx -E -W --keep-going -b html docs docs/_build/html
 
 The tutorials under ``tutorials/`` that start with a jupytext header (``# ---``) are copied into
 ``docs/tutorials/generated/`` at build time and executed by myst-nb (``# %%`` percent format), with
