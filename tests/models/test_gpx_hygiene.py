@@ -162,6 +162,23 @@ def test_progress_bar_counts_iterations(monkeypatch):
         assert model.fit_evaluations == len(model.fit_history) >= model.fit_iterations
 
 
+def test_no_progress_bar_does_not_import_tqdm_auto():
+    """``tqdm.auto`` warns on import in a notebook without ipywidgets (TqdmWarning, seen in the rendered
+    tutorials); a fit without a progress bar must not import it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from gpytorch_explain import GPXModel\n"
+        "x = torch.randn(20, 2, dtype=torch.float64)\n"
+        "GPXModel(x, x[:, 0]).fit(max_iter=2)\n"
+        "print('tqdm.auto' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
 # ---------------------------------------------------------------- clear errors
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_is_refused(dtype):
