@@ -2,7 +2,7 @@
 
 Build locally (from the repository root, in the project's environment)::
 
-    GPYTORCH_EXPLAIN_TUTORIAL_SMALL=1 python -m sphinx -W --keep-going -b html docs docs/_build/html
+    GPYTORCH_EXPLAIN_TUTORIAL_SMALL=1 python -m sphinx -E -W --keep-going -b html docs docs/_build/html
 
 The tutorials under ``tutorials/`` that start with a jupytext header (``# ---``) are copied into
 ``docs/tutorials/generated/`` at build time and executed by myst-nb (``# %%`` percent format), with
@@ -149,27 +149,54 @@ def _documented_targets(env) -> dict[int, tuple[str, str]]:
     return cache
 
 
-def _lookup(target: str, module: str | None, cls: str | None):
-    """The object a dotted or short ``target`` names, tried as written, in the current class and module, and as
-    an attribute of the package (``gpytorch_explain.GPXModel``)."""
+def _import_dotted(dotted: str):
+    """The object at a dotted path (a module, then attributes), or ``None``."""
     import importlib
 
+    parts = dotted.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:split]))
+            for attr in parts[split:]:
+                obj = getattr(obj, attr)
+            return obj
+        except Exception:
+            continue
+    return None
+
+
+def _defining_module(node) -> str | None:
+    """The module that defines the object whose docstring holds ``node``: the current class, else the object
+    documented on the page (autosummary pages are named after it). Short names are looked up there too, as the
+    source file wrote them (``ExactGP`` imported by ``posterior.py`` is ``gpytorch.models.ExactGP``)."""
+    module, cls = node.get("py:module"), node.get("py:class")
+    for dotted in ([f"{module}.{cls}"] if module and cls else []) + [node.get("refdoc", "").rpartition("/")[2]]:
+        if not dotted.startswith("gpytorch_explain"):
+            continue
+        obj = _import_dotted(dotted)
+        name = getattr(obj, "__module__", None) or getattr(obj, "__name__", None)
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def _lookup(target: str, node):
+    """The object a dotted or short ``target`` names, tried as written, in the current class and module, in the
+    module that defines the documented object, and as an attribute of the package (``gpytorch_explain.GPXModel``)."""
+    module, cls = node.get("py:module"), node.get("py:class")
     candidates = [target]
     if module:
         if cls:
             candidates.append(f"{module}.{cls}.{target}")
         candidates.append(f"{module}.{target}")
+    defining = _defining_module(node)
+    if defining:
+        candidates.append(f"{defining}.{target}")
     candidates.append(f"gpytorch_explain.{target.rpartition('.')[2]}")
     for dotted in candidates:
-        parts = dotted.split(".")
-        for split in range(len(parts) - 1, 0, -1):
-            try:
-                obj = importlib.import_module(".".join(parts[:split]))
-                for attr in parts[split:]:
-                    obj = getattr(obj, attr)
-                return obj
-            except Exception:
-                continue
+        obj = _import_dotted(dotted)
+        if obj is not None:
+            return obj
     return None
 
 
@@ -177,7 +204,7 @@ def _resolve_reexported(app, env, node, contnode):
     if node.get("refdomain") != "py":
         return None
     target = node.get("reftarget", "")
-    obj = _lookup(target, node.get("py:module"), node.get("py:class"))
+    obj = _lookup(target, node)
     if obj is None or not _addressable(obj):
         return None
     found = _documented_targets(env).get(id(obj))
@@ -190,5 +217,60 @@ def _resolve_reexported(app, env, node, contnode):
     return make_refnode(app.builder, node["refdoc"], docname, name, contnode, name)
 
 
+def _third_party(app, domain, node) -> bool | None:
+    """Silence a reference that names a third-party object by the short name its source file imported
+    (``Model``, ``Prior``, ``ExactGP`` in type hints): there are no offline inventories to link it to."""
+    if node.get("refdomain") != "py":
+        return None
+    obj = _lookup(node.get("reftarget", ""), node)
+    if obj is None or not _addressable(obj):
+        return None
+    owner = getattr(obj, "__module__", None) or getattr(obj, "__name__", "")
+    return True if isinstance(owner, str) and owner.split(".")[0] in _THIRD_PARTY else None
+
+
+_THIRD_PARTY = {"torch", "gpytorch", "linear_operator", "botorch", "numpy", "sklearn", "matplotlib", "scipy"}
+
+
+def _is_private_own(cls) -> bool:
+    return cls.__name__.startswith("_") and getattr(cls, "__module__", "").startswith("gpytorch_explain")
+
+
+def _public_bases(app, name, obj, options, bases):
+    """Show a private base class of ours by its own bases (``Bases: _FunctionalPosterior`` says nothing a reader
+    can follow); its public members are documented on the subclass (see ``classes_with_private_bases``)."""
+    i = 0
+    while i < len(bases):
+        base = bases[i]
+        if isinstance(base, type) and _is_private_own(base):
+            bases[i : i + 1] = [b for b in base.__bases__ if b is not object] or ([object] if len(bases) == 1 else [])
+        else:
+            i += 1
+
+
+def _classes_with_private_bases() -> list[str]:
+    """Fully qualified names (as the API pages list them) of public classes that inherit from a private class of
+    ours: their pages show that class's public members too (``:inherited-members:`` in the class template)."""
+    import importlib
+    import pkgutil
+
+    names = []
+    packages = ["gpytorch_explain"] + [
+        f"gpytorch_explain.{m.name}" for m in pkgutil.iter_modules(gpytorch_explain.__path__) if m.ispkg
+    ]
+    for package in packages:
+        module = importlib.import_module(package)
+        for attr in getattr(module, "__all__", []):
+            obj = getattr(module, attr, None)
+            if isinstance(obj, type) and any(_is_private_own(base) for base in obj.__mro__[1:]):
+                names.append(f"{package}.{attr}")
+    return names
+
+
+autosummary_context = {"classes_with_private_bases": _classes_with_private_bases()}
+
+
 def setup(app):
     app.connect("missing-reference", _resolve_reexported)
+    app.connect("warn-missing-reference", _third_party)
+    app.connect("autodoc-process-bases", _public_bases)

@@ -35,11 +35,14 @@ class GPXExplanation:
     All attributes are tensors (``m`` points, ``d`` features).
 
     Attributes:
-        x, z: the inputs, ``(m, D)`` and ``(m, d)``.
-        prediction_mean, prediction_std: predictive mean and std of :math:`y_*` (``(m,)``); for a binary
-            classifier (``outcome="probability"``) the probability :math:`P(y_* = 1)` and its Bernoulli std.
+        x: the inputs, ``(m, D)``.
+        z: the features the weights multiply, ``(m, d)`` (``z = x`` unless the model was built with ``train_z``).
+        prediction_mean: predictive mean of :math:`y_*` (``(m,)``); for a binary classifier
+            (``outcome="probability"``) the probability :math:`P(y_* = 1)`.
+        prediction_std: predictive std of :math:`y_*` (``(m,)``); for a binary classifier the Bernoulli std.
         latent_std: posterior std of :math:`f_*` (without observation noise).
-        weights_mean: ``(m, d)``; weights_covariance: per-point ``(m, d, d)``.
+        weights_mean: posterior mean of the local weights, ``(m, d)``.
+        weights_covariance: per-point posterior covariance of the weights, ``(m, d, d)``.
         feature_names: optional list of ``d`` names (default ``x0, x1, ...`` when z = x, else ``z0, z1, ...``).
         outcome: ``"regression"`` (Gaussian likelihood: :math:`y = f + \varepsilon`), ``"probability"`` (binary
             classification: the prediction is :math:`P(y=1)`, the contributions are on the latent scale) or

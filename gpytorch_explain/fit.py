@@ -137,7 +137,11 @@ def fit_gpx_model(
     history: list[float] = []
     model.fit_history = history  # filled as the fit goes (also when it is interrupted)
 
-    from tqdm.auto import tqdm
+    # tqdm.auto only when the bar is shown: importing it in a notebook without ipywidgets warns (TqdmWarning)
+    if progress:
+        from tqdm.auto import tqdm
+    else:
+        from tqdm import tqdm
 
     bar = tqdm(total=max_iter, desc=f"GPX fit ({optimizer})", unit="it", disable=not progress)
     chol = dense_limit()
@@ -292,7 +296,8 @@ def fit_variational_gpx_model(
     :param objective: ``"gpx"`` (:class:`GPXVariationalELBO`, default) or ``"elbo"`` (GPyTorch's
         ``VariationalELBO``, weight noise inside :math:`q(f)`; looser).
     :param num_data: :math:`n` for the ELBO's scaling (default: the dataset's length).
-    :param shuffle, generator: Shuffling of the internal ``DataLoader``.
+    :param shuffle: Whether the internal ``DataLoader`` shuffles the data.
+    :param generator: The ``torch.Generator`` of that shuffling.
     :param progress: Show a tqdm progress bar over epochs.
     :return: The model in eval mode; ``model.fit_history`` holds the mean loss (negative ELBO per datum) of each
         epoch.
@@ -330,7 +335,10 @@ def fit_variational_gpx_model(
     if others:
         optimizers.append(torch.optim.Adam(others, lr=lr))
 
-    from tqdm.auto import tqdm
+    if progress:  # tqdm.auto only when the bar is shown (see fit_gpx_model)
+        from tqdm.auto import tqdm
+    else:
+        from tqdm import tqdm
 
     bernoulli = isinstance(model.likelihood, BernoulliLikelihood)
     scheme: str | None = None  # the label scheme of a Bernoulli likelihood, fixed by the first batch with a -1 or 0

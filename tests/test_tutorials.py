@@ -125,6 +125,9 @@ def test_tutorial_runs_in_small_mode(name, tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    # like the README's snippets, a tutorial shows no warning its reader cannot act on
+    warned = [line for line in proc.stderr.splitlines() if re.search(r"\b\w*Warning: ", line)]
+    assert not warned, f"{name} warned:\n" + "\n".join(warned)
     for figure in figures:
         path = tmp_path / figure
         assert path.is_file() and path.stat().st_size > 1000, f"{name} did not write {figure}"

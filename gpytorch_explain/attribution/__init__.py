@@ -33,6 +33,7 @@ from .derived import DerivedCovariance, functional_mean
 from .detection import fallback_reason
 from .functionals import GradientFunctional, IntegratedGradientFunctional
 from .global_importance import GlobalImportance, global_importance
+from .latent_gradient_moments import LatentGradientMoments
 from .lmc import LMCConditioning, lmc_joint_functional_posterior
 from .plotting import plot_attribution_bars, plot_attribution_path
 from .posterior import CompletenessGaps, PosteriorGradient, PosteriorIntegratedGradients
@@ -56,6 +57,7 @@ __all__ = [
     "expected_probability_gradient",
     "expected_probability_ig",
     "latent_gradient_moments",
+    "LatentGradientMoments",
     "DerivedKernel",
     "GradientKernel",
     "IntegratedGradientKernel",

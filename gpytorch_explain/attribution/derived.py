@@ -44,14 +44,16 @@ class DerivedCovariance:
     ``k1 + k2``) are handled by linearity; any other differentiable kernel goes through the
     generic path (autograd derivatives, Gauss–Legendre path integrals of order ``order``).
     An ``InducingPointKernel`` anywhere in ``kernel`` raises ``NotImplementedError`` (SGPR models are handled
-    by :mod:`~gpytorch_explain.attribution.sgpr` with the base kernel).
+    by :func:`~gpytorch_explain.attribution.sgpr_functional_posterior` with the base kernel).
 
     :param kernel: The GPyTorch kernel :math:`k`.
     :param functional: :class:`GradientFunctional` or :class:`IntegratedGradientFunctional`.
     :param order: Gauss–Legendre order for the generic path.
     """
 
-    def __init__(self, kernel: Kernel, functional: Functional, order: int = DEFAULT_ORDER):
+    def __init__(
+        self, kernel: Kernel, functional: GradientFunctional | IntegratedGradientFunctional, order: int = DEFAULT_ORDER
+    ):
         if not isinstance(kernel, Kernel):
             raise TypeError(f"kernel must be a gpytorch Kernel, got {type(kernel).__name__}.")
         if any(isinstance(module, InducingPointKernel) for module in kernel.modules()):
@@ -66,12 +68,18 @@ class DerivedCovariance:
         self.order = int(order)
 
     def cross(self, x: Tensor, X: Tensor) -> Tensor:
+        r""":math:`\operatorname{Cov}(\mathcal L_i f(\mathbf x_p), f(\mathbf X_j))` for ``x`` ``(*batch, m, D)`` and
+        ``X`` ``(*batch, n, D)``: ``(*batch, m, D, n)``."""
         return _derived(self.kernel, self.functional, "cross", (x, X), self.order)
 
     def joint(self, x1: Tensor, x2: Tensor) -> Tensor:
+        r""":math:`\operatorname{Cov}(\mathcal L_i f(\mathbf x_p), \mathcal L_j f(\mathbf x'_q))` for ``x1``
+        ``(*batch, m, D)`` and ``x2`` ``(*batch, m', D)``: ``(*batch, m, D, m', D)``."""
         return _derived(self.kernel, self.functional, "joint", (x1, x2), self.order)
 
     def point(self, x: Tensor) -> Tensor:
+        r"""The per-point blocks :math:`\operatorname{Cov}(\mathcal L_i f(\mathbf x_p), \mathcal L_j f(\mathbf x_p))`
+        for ``x`` ``(*batch, m, D)``: ``(*batch, m, D, D)``."""
         return _derived(self.kernel, self.functional, "point", (x,), self.order)
 
 

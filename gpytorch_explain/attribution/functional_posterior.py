@@ -141,7 +141,7 @@ class _FunctionalPosterior:
         if method == "closed_form" and reason is not None:
             raise NotImplementedError(f"The closed forms do not apply to this {type(model).__name__}: {reason}.")
         #: ``"closed_form"`` (mean_module/covar_module differentiated directly) or ``"autograd"`` (the model's own
-        #: joint posterior differentiated, see :mod:`~gpytorch_explain.attribution.fallback`)
+        #: joint posterior differentiated, see ``gpytorch_explain.attribution.fallback``)
         self.method = "closed_form" if reason is None else "autograd"
         self.fallback_reason = reason
         #: BoTorch's fixed affine transforms (Normalize, Standardize) are undone in closed form (chain rule)

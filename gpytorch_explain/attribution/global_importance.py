@@ -41,8 +41,11 @@ class GlobalImportance:
     r"""Posterior of the mean absolute attribution per feature (shapes ``(*batch, D)``; ``samples`` ``(S, *batch, D)``).
 
     :param samples: Draws of :math:`\mathbf G`.
-    :param mean, std, median: Of the draws.
-    :param lower, upper: The ``(1 - level)/2`` and ``(1 + level)/2`` quantiles of the draws.
+    :param mean: Mean of the draws.
+    :param std: Standard deviation of the draws.
+    :param median: Median of the draws.
+    :param lower: The ``(1 - level)/2`` quantile of the draws.
+    :param upper: The ``(1 + level)/2`` quantile of the draws.
     :param level: The credible interval's probability.
     :param expected: :math:`\mathbb E[G_i]` exactly (folded normal, no sampling).
     :param plug_in: :math:`\frac1m\sum_p|\mathbb E a_{pi}|`, the importance of the posterior-mean attributions.
@@ -148,7 +151,8 @@ def global_importance(
     :param order: Quadrature order passed to the attribution classes (default: theirs).
     :param feature_names: Optional names for :meth:`GlobalImportance.summary`.
     :return: :class:`GlobalImportance`.
-    :raises ValueError: bad arguments, or a joint dimension above :data:`MAX_JOINT_DIM` (use a subsample of X).
+    :raises ValueError: bad arguments, or a joint dimension ``m * D`` above ``MAX_JOINT_DIM`` (20 000; use a
+        subsample of X).
 
     Example:
         >>> import torch, gpytorch

@@ -39,9 +39,9 @@ class PosteriorGradient(_FunctionalPosterior):
     (\mathbf K_{UU} - \mathbf S)\mathbf K_{UU}^{-1}\mathbf K_{U,\partial *}` (whitened equivalents).
     SGPR models (an ``ExactGP`` whose ``covar_module`` is an ``InducingPointKernel``) use the same formulas with
     the optimal :math:`q(\mathbf u)` of their training data and the base kernel as the prior, computed once in
-    :math:`O(nM^2)` and cached on the prediction strategy (:mod:`~gpytorch_explain.attribution.sgpr`). For large
-    ``ExactGP``\ s the derived cross-covariances are formed in chunks of points
-    (:class:`~gpytorch_explain.settings.max_block_elements`).
+    :math:`O(nM^2)` and cached on the prediction strategy
+    (:func:`~gpytorch_explain.attribution.sgpr_functional_posterior`). For large ``ExactGP``\ s the derived
+    cross-covariances are formed in chunks of points (:class:`~gpytorch_explain.settings.max_block_elements`).
 
     Differentiation is linear, so under the GP posterior the gradient is a GP:
 
@@ -105,7 +105,7 @@ class PosteriorIntegratedGradients(_FunctionalPosterior):
     :param baseline: ``None`` (the mean of the training inputs, or of the inducing points for a
         variational model), a ``(D,)`` tensor, or ``(k, D)`` baselines.
     :param order: Gauss–Legendre order for kernels without closed forms; ``None`` (default) is adaptive: orders
-        32, 64, ... until two agree to :data:`~gpytorch_explain.attribution.adaptive.QUADRATURE_RTOL` of each point's
+        32, 64, ... until two agree to ``QUADRATURE_RTOL`` (:math:`10^{-4}`) of each point's
         attribution scale (up to 1024, else a ``QuadratureWarning`` with the numbers). The order used is
         ``last_order`` and ``attr.quadrature_order``.
     :param method: ``"auto"`` (closed forms when verified, see below, else the autograd fallback), ``"closed_form"``
@@ -116,7 +116,7 @@ class PosteriorIntegratedGradients(_FunctionalPosterior):
     that the model's ``forward`` is exactly that (no feature extractor, no BoTorch input/outcome transform, a
     single-output kernel; compared at probe points). Otherwise (deep kernel learning, BoTorch ``SingleTaskGP`` with
     ``Normalize``/``Standardize``, ``MultitaskKernel`` models, user ``forward``\ s) the attribution GP comes from the
-    model's own joint posterior by autograd (:mod:`~gpytorch_explain.attribution.fallback`), in the units the user
+    model's own joint posterior by autograd (``gpytorch_explain.attribution.fallback``), in the units the user
     sees, with ``method == "autograd"`` on this object and on the result and an ``AutogradFallbackWarning`` once.
     Multi-output models give a batch of per-output attributions, mean ``(outputs, m, D)``.
 

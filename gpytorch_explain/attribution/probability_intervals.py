@@ -66,8 +66,11 @@ class ProbabilityAttributionDistribution:
     :param samples: The draws of the attribution.
     :param probability_samples: Draws of the class probability at ``x`` (``(S, m)`` or ``(S, m, C)``), jointly with
         ``samples``.
-    :param mean, std, median: Of the draws.
-    :param lower, upper: Equal-tailed credible interval: the ``(1 - level)/2`` and ``(1 + level)/2`` quantiles.
+    :param mean: Mean of the draws.
+    :param std: Standard deviation of the draws.
+    :param median: Median of the draws.
+    :param lower: Lower end of the equal-tailed credible interval: the ``(1 - level)/2`` quantile.
+    :param upper: Upper end of the equal-tailed credible interval: the ``(1 + level)/2`` quantile.
     :param level: The interval's probability.
     :param standard_error: Monte Carlo standard error of ``mean`` (``std / sqrt(S)``).
     :param kind: ``"gradient"`` or ``"ig"``.

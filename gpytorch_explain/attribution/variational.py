@@ -73,7 +73,7 @@ from ..errors import ModelStateError
 from ._quadrature import point_chunks
 from .attribution_distribution import AttributionDistribution
 from .derived import DEFAULT_ORDER, DerivedCovariance, functional_mean
-from .functionals import Functional, check_point_tensor
+from .functionals import Functional, GradientFunctional, IntegratedGradientFunctional, check_point_tensor
 
 __all__ = [
     "SUPPORTED_STRATEGIES",
@@ -209,7 +209,8 @@ class VariationalConditioning:
 
     :math:`q(f)` is the GP with mean :math:`\mu(\mathbf x) + \mathbf k(\mathbf x, \mathbf Z)^\top\mathbf a` and
     covariance :math:`k(\mathbf x, \mathbf x') - \mathbf v(\mathbf x)^\top\mathbf M\,\mathbf v(\mathbf x')`,
-    :math:`\mathbf v(\mathbf x) = \mathbf L^{-1}\mathbf k(\mathbf Z, \mathbf x)` (see the module docstring).
+    :math:`\mathbf v(\mathbf x) = \mathbf L^{-1}\mathbf k(\mathbf Z, \mathbf x)` (see the docstring of the module
+    ``gpytorch_explain.attribution.variational``).
 
     :param kernel: The prior kernel :math:`k` (the model's ``covar_module``).
     :param mean_module: The prior mean :math:`\mu` (``None``: zero).
@@ -236,7 +237,9 @@ class VariationalConditioning:
             *shapes,
         )
 
-    def functional_posterior(self, functional: Functional, x: Tensor, order: int = DEFAULT_ORDER):
+    def functional_posterior(
+        self, functional: GradientFunctional | IntegratedGradientFunctional, x: Tensor, order: int = DEFAULT_ORDER
+    ):
         r""":math:`q(\mathcal L f(\mathbf x))` at ``x`` (``(*batch, m, D)``), an ``AttributionDistribution``.
 
         Mean ``(*batch, m, D)``; covariance interleaved (row ``point * D + feature``), lazy.
@@ -444,8 +447,8 @@ def variational_functional_posterior(
         ``task_dim`` (mean ``(num_tasks, m, D)`` for the usual single batch dimension), with no cross-task
         covariance (the tasks are independent). For an ``LMCVariationalStrategy`` (outputs
         :math:`f_t = \sum_q a_{qt} g_q`) the batch is the tasks too, mean ``(num_tasks, m, D)``, each task's exact
-        marginal posterior (see :mod:`~gpytorch_explain.attribution.lmc`; the cross-task covariances are in
-        :func:`~gpytorch_explain.attribution.lmc.lmc_joint_functional_posterior`).
+        marginal posterior (see :class:`~gpytorch_explain.attribution.LMCConditioning`; the cross-task covariances are
+        in :func:`~gpytorch_explain.attribution.lmc.lmc_joint_functional_posterior`).
     """
     conditioning = variational_conditioning(model)
     x = _check_points(x, conditioning.inducing_points)

@@ -97,8 +97,10 @@ class CaptumIGExplainer(Explainer):
     r"""Captum's integrated gradients (Riemann/Gauss–Legendre sums) of a differentiable torch function,
     e.g. a GP's posterior mean ``lambda t: model(t).mean``. Weights are IG / :math:`(x_j - b_j)`.
 
-    :param forward_fn: torch ``(n, D)`` -> ``(n,)``; :param baseline: ``(D,)`` tensor (default 0);
-    :param n_steps, method: as in ``captum.attr.IntegratedGradients.attribute``.
+    :param forward_fn: torch ``(n, D)`` -> ``(n,)``.
+    :param baseline: ``(D,)`` tensor (default 0).
+    :param n_steps: As in ``captum.attr.IntegratedGradients.attribute``.
+    :param method: As in ``captum.attr.IntegratedGradients.attribute``.
     """
 
     name = "Captum IG"

@@ -61,7 +61,9 @@ class Explainer(ABC):
     up to the prediction, possibly minus a baseline prediction; ``False`` for relevances such as ARD or KL).
     """
 
+    #: Display name of the method (used in tables and plots).
     name: str = "explainer"
+    #: Whether the contributions add up to the prediction (possibly minus a baseline prediction).
     additive: bool = True
 
     @abstractmethod

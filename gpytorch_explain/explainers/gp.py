@@ -123,7 +123,7 @@ class ARDExplainer(Explainer):
 
 class KLExplainer(Explainer):
     r"""KL relevance (Paananen et al. 2019) of a GP at each point,
-    :func:`~gpytorch_explain.attribution.kl_relevance.kl_relevance` with :math:`\Delta = 10^{-3}` (as in the
+    ``gpytorch_explain.attribution.kl_relevance.kl_relevance`` with :math:`\Delta = 10^{-3}` (as in the
     GPX paper). ``weights`` are the (non-negative) relevances :math:`r_j(\mathbf x)`, ``contributions``
     :math:`r_j(\mathbf x)(x_j - b_j)` as for :class:`ARDExplainer`. Not additive.
     """

@@ -49,7 +49,7 @@ class DerivedKernel(Kernel):
 
     @property
     def batch_shape(self) -> torch.Size:
-        """The base kernel's: a derived kernel has no hyperparameters of its own, and ``kernel[i]`` /
+        """The base kernel's batch shape. A derived kernel has no hyperparameters of its own, and ``kernel[i]`` /
         ``expand_batch`` (which update a kernel's batch shape from its own parameters only) act on the base kernel."""
         base = self._modules.get("base_kernel")
         return self._batch_shape if base is None else base.batch_shape

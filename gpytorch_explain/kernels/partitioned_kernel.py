@@ -68,15 +68,15 @@ class PartitionedKernel(Kernel):
 
     ``PartitionedKernel(base)(x1, x2)`` represents the same matrix :math:`k(\mathbf X_1, \mathbf X_2)` as
     ``base(x1, x2)``, as a :class:`~gpytorch_explain.operators.PartitionedKernelLinearOperator`: products
-    :math:`\mathbf K\mathbf V` and the bilinear derivative of the backward pass (with respect to all of
-    ``base``'s hyperparameters and to the inputs) run over row blocks of at most
-    :class:`max_block_elements` entries, built on the fly, so memory is :math:`O(N(t+b))` rather than
-    :math:`O(N^2)`. This is GPyTorch's partitioned-kernel idea (Wang et al., 2019) for any kernel. The
+    :math:`\mathbf K\mathbf V` and the bilinear derivative of the backward pass (with respect to all of ``base``'s
+    hyperparameters and to the inputs) run over row blocks of at most
+    :class:`~gpytorch_explain.settings.max_block_elements` entries, built on the fly, so memory is :math:`O(N(t+b))`
+    rather than :math:`O(N^2)`. This is GPyTorch's partitioned-kernel idea (Wang et al., 2019) for any kernel. The
     diagonal comes from ``base(x, diag=True)``, and single entries cost one kernel evaluation each, so the
     pivoted-Cholesky preconditioner of CG does not densify it. Use it for exact GPs, GPX models
-    (``GPXModel(x, y, base_kernel=PartitionedKernel(...))``) and attribution GPs above the dense limit,
-    together with ``gpytorch.settings.max_cholesky_size`` so that nothing densifies the matrix (below that
-    size GPyTorch's Cholesky path calls ``to_dense``, which still works).
+    (``GPXModel(x, y, base_kernel=PartitionedKernel(...))``) and attribution GPs above the dense limit, together with
+    ``gpytorch.settings.max_cholesky_size`` so that nothing densifies the matrix (below that size GPyTorch's Cholesky
+    path calls ``to_dense``, which still works).
 
     When ``pykeops`` is importable and ``gpytorch.settings.use_keops`` is on, a base that is exactly
     ``RBFKernel``, ``MaternKernel`` or ``PeriodicKernel`` (optionally inside ``ScaleKernel``) is evaluated
@@ -105,8 +105,8 @@ class PartitionedKernel(Kernel):
 
     @property
     def batch_shape(self) -> torch.Size:
-        """The base kernel's: the wrapper has no hyperparameters, and ``kernel[i]`` / ``expand_batch`` (which update a
-        kernel's batch shape from its own parameters only) act on the base kernel."""
+        """The base kernel's batch shape. The wrapper has no hyperparameters, and ``kernel[i]`` / ``expand_batch``
+        (which update a kernel's batch shape from its own parameters only) act on the base kernel."""
         base = self._modules.get("base_kernel")
         return self._batch_shape if base is None else base.batch_shape
 

@@ -211,7 +211,7 @@ def _flat_order(gik: GridInterpolationKernel) -> list[int]:
 
 def gpytorch_grid_order_matters(kernel: Kernel) -> bool:
     """Whether GPyTorch's own KISS-GP evaluation of ``kernel`` is affected by its Kronecker-order mismatch (see
-    :func:`_grid_factors`): a grid over two or more dimensions whose grids or lengthscales differ."""
+    ``_grid_factors``): a grid over two or more dimensions whose grids or lengthscales differ."""
     gik = next((m for m in kernel.modules() if isinstance(m, GridInterpolationKernel)), None)
     if gik is None or gik.num_dims < 2:
         return False
@@ -453,7 +453,7 @@ def grid_operator(kernel: Kernel, x1: Tensor, x2: Tensor | None = None) -> Linea
     not the interpolation of its base kernel.
 
     * A multi-dimensional ``GridInterpolationKernel``: GPyTorch (1.15.2) multiplies the grid Grams in the
-      opposite order to its interpolation index (see :func:`_grid_factors`).
+      opposite order to its interpolation index (see ``_grid_factors``).
     * A ``ProductStructureKernel`` over a one-dimensional grid: by the face-splitting identity it is the KISS-GP
       on the :math:`D`-dimensional product grid (:math:`4^D` weights per row), built when that grid has at most
       ``max_block_elements`` points. GPyTorch multiplies Lanczos roots of the factors instead.

@@ -1,6 +1,6 @@
 """Model-agnostic local explanations: a GP surrogate sampled by Bayesian optimisation (BO-LIME, extended).
 
-This subpackage is built on BoTorch. It imports BoTorch through :func:`gpytorch_explain._compat.import_botorch`
+This subpackage is built on BoTorch. It imports BoTorch through ``gpytorch_explain._compat.import_botorch()``
 first, so that GPyTorch's global defaults stay as they were (``import botorch`` alone changes them).
 """
 

@@ -86,8 +86,8 @@ class GradientVarianceReduction(AcquisitionFunction):
     r"""Reduction of :math:`\operatorname{tr}\operatorname{Cov}[\nabla f(\mathbf u_0)]` from observing the batch ``Z``.
 
     Observing :math:`\mathbf y_Z` changes the gradient's posterior covariance by
-    :math:`-\mathbf c\,\mathbf V^{-1}\mathbf c^\top` (:func:`gradient_cross_covariance`), independently of the
-    observed values (a GP's posterior covariance does not depend on :math:`\mathbf y`), so the fantasy is
+    :math:`-\mathbf c\,\mathbf V^{-1}\mathbf c^\top` (``gradient_cross_covariance`` in this module), independently of
+    the observed values (a GP's posterior covariance does not depend on :math:`\mathbf y`), so the fantasy is
     exact and the acquisition value is :math:`\operatorname{tr}(\mathbf c\mathbf V^{-1}\mathbf c^\top)`, to be
     maximised. Scale-aware variants (e.g. weighting feature :math:`i` by :math:`1/(r\sigma_i)^2`) are not
     needed here: the surrogate already lives in box units.

@@ -71,7 +71,7 @@ class BlackBox:
     dtype of their first parameter (float64 when they have none), evaluated under ``torch.no_grad()``;
     other callables receive a numpy array. The output may be a numpy array, list or tensor of ``m``
     numbers (``(m,)`` or ``(m, 1)``). Wrong shapes, NaN and inf are errors naming the problem.
-    The number of rows evaluated so far is counted in :attr:`calls`.
+    The number of rows evaluated so far is counted in the attribute ``calls``.
     """
 
     def __init__(self, predict_fn: Callable, num_features: int, input_type: str = "auto"):

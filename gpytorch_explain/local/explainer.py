@@ -58,7 +58,7 @@ class LocalGPExplainer:
         :func:`~gpytorch_explain.local.from_sklearn_classifier`.
     :param training_data: ``(N, D)`` data giving the per-feature scales :math:`\sigma_i` and categorical values.
     :param acquisition: one of ``"lcb"`` (default), ``"ei"``, ``"pi"``/``"mpi"`` (GPyOpt semantics, see
-        :mod:`~gpytorch_explain.local.acquisition`), ``"variance"``, ``"integrated_variance"``, ``"gradient"``.
+        ``gpytorch_explain.local.acquisition``), ``"variance"``, ``"integrated_variance"``, ``"gradient"``.
         Recommended for stable explanations: ``acquisition="variance", interval=2.0,
         lengthscale_prior_scale=0.5`` (the most stable per call in ``benchmarks/results/local_vs_lime.txt``;
         on Boston; the paper's ``"lcb"`` was no more stable than LIME at the same budget there). Check
@@ -72,7 +72,7 @@ class LocalGPExplainer:
         figures use 0.05). LIME perturbs with std :math:`\sigma_i`; a uniform box of half-width
         :math:`\sqrt 3\sigma_i` has that std, so ``interval`` ≈ 2 compares with LIME's scale.
     :param lengthscale_prior_scale: std of the log-normal lengthscale prior (its centre is BoTorch's
-        dimension-scaled one, see :func:`~gpytorch_explain.local.surrogate.make_surrogate`). The default 1.0
+        dimension-scaled one, see ``gpytorch_explain.local.surrogate.make_surrogate``). The default 1.0
         lies between Hvarfner et al.'s :math:`\sqrt 3` and 0.5, which steadies :math:`1/\ell` at ~50 samples
         (Boston benchmark at interval 2: inconsistency 0.050 with :math:`\sqrt 3`, 0.018 with 0.5; 1.0 not
         benchmarked) but makes the gradient's std

@@ -56,7 +56,8 @@ def topk_agreement(a, b, k: int) -> float | np.ndarray:
     lower feature index (stable sort), so the sets always have exactly :math:`k` elements; :math:`k \ge D`
     gives 1.
 
-    :param a, b: ``(D,)`` (returns a float) or ``(m, D)`` (returns ``(m,)``), same shape.
+    :param a: ``(D,)`` (returns a float) or ``(m, D)`` (returns ``(m,)``).
+    :param b: Scores of the same shape as ``a``.
     :param k: a positive integer.
 
     Example:

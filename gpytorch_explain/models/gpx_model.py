@@ -373,7 +373,7 @@ class GPXModel(gpytorch.models.ExactGP):
 
     def check_memory(self, what: str = "GPX", training: bool = False) -> None:
         """Raise ``MemoryError`` (warn above half) when the path over the :math:`n\times n` covariance needs more memory
-        than the device has (estimate: :func:`~gpytorch_explain.models.gpx_checks.check_dense_memory`: the dense/CG
+        than the device has (estimate: ``gpytorch_explain.models.gpx_checks.check_dense_memory``: the dense/CG
         fit, the dense prediction factor, or the kernel matrix CG multiplies); the message names the estimate and the
         alternatives. Inducing-point and grid-feature bases need no :math:`n\times n` matrix and are not checked, nor
         is a memory-lean base (``PartitionedKernel``, KeOps) on its CG path. Off with
@@ -520,12 +520,12 @@ class GPXModel(gpytorch.models.ExactGP):
 
     @property
     def num_outputs(self) -> int:
-        """BoTorch's number of outputs: 1."""
+        """The number of outputs as BoTorch reads it, always 1."""
         return 1
 
     @property
     def batch_shape(self) -> torch.Size:
-        """BoTorch's model batch shape (GPX models are not batched): ``torch.Size([])``."""
+        """The model batch shape as BoTorch reads it, always ``torch.Size([])`` (GPX models are not batched)."""
         return torch.Size([])
 
     def posterior(
@@ -539,7 +539,7 @@ class GPXModel(gpytorch.models.ExactGP):
         r"""BoTorch's model interface (duck-typed, like ``botorch.models.model.Model``: ``posterior``,
         ``num_outputs``, ``batch_shape``): the joint posterior of :math:`f` (or :math:`y`) at each ``q``-batch of
         ``X``, a ``botorch.posteriors.GPyTorchPosterior``; see
-        :func:`~gpytorch_explain.models.gpx_botorch.gpx_posterior`. (No doctest here: importing BoTorch changes
+        ``gpytorch_explain.models.gpx_botorch.gpx_posterior``. (No doctest here: importing BoTorch changes
         GPyTorch's global defaults for the rest of a test session; ``tests/models/test_gpx_botorch.py`` restores them.)
 
         Usage::

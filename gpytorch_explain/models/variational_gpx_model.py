@@ -113,8 +113,9 @@ class VariationalGPXModel(ApproximateGP):
     :param learn_inducing_locations: Whether :math:`\mathbf U` is trained.
     :param jitter_val: Jitter of :math:`k(\mathbf U,\mathbf U)` (default: GPyTorch's variational jitter).
     :param weight_noise: Initial :math:`\sigma_w^2`. It is constrained to :math:`\sigma_w^2 \ge`
-        :data:`WEIGHT_NOISE_FLOOR` (``GreaterThan``), so it never underflows to exactly 0 (float32 included), and
-        the setter accepts any fitted value (``model.weight_noise = other.weight_noise.detach()``, raised to the floor).
+        ``WEIGHT_NOISE_FLOOR`` :math:`= 10^{-8}` (``GreaterThan``), so it never underflows to exactly 0 (float32
+        included), and the setter accepts any fitted value (``model.weight_noise = other.weight_noise.detach()``,
+        raised to the floor).
     :param feature_names: Optional names of the :math:`d` features (default ``x0, x1, ...`` when z = x).
 
     Labels of a ``BernoulliLikelihood`` must be all in :math:`\{0, 1\}` or all in :math:`\{-1, +1\}` (checked in
@@ -252,8 +253,8 @@ class VariationalGPXModel(ApproximateGP):
 
     @weight_noise.setter
     def weight_noise(self, value: Tensor | float) -> None:
-        r"""Set :math:`\sigma_w^2`; values below :data:`WEIGHT_NOISE_FLOOR` (including an exact 0, e.g. a value that
-        underflowed in another model) are raised to the floor. Negative or non-finite values raise."""
+        r"""Set :math:`\sigma_w^2`; values below ``WEIGHT_NOISE_FLOOR`` :math:`= 10^{-8}` (including an exact 0, e.g. a
+        value that underflowed in another model) are raised to the floor. Negative or non-finite values raise."""
         raw = self.covar_module.raw_weight_noise
         value = value.detach() if torch.is_tensor(value) else torch.as_tensor(value, dtype=raw.dtype)
         value = value.to(dtype=raw.dtype, device=raw.device)
@@ -450,7 +451,8 @@ class VariationalGPXModel(ApproximateGP):
         :param objective: ``"gpx"`` (:class:`GPXVariationalELBO`, default) or ``"elbo"`` (GPyTorch's
             ``VariationalELBO``, weight noise inside :math:`q(f)`; looser).
         :param num_data: :math:`n` for the ELBO's scaling (default: the dataset's length).
-        :param shuffle, generator: Shuffling of the internal ``DataLoader``.
+        :param shuffle: Whether the internal ``DataLoader`` shuffles the data.
+        :param generator: The ``torch.Generator`` of that shuffling.
         :param progress: Show a tqdm progress bar over epochs.
         :return: ``self`` in eval mode; ``self.fit_history`` holds the mean loss (negative ELBO per datum) of each
             epoch.

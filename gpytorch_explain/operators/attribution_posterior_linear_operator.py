@@ -23,14 +23,15 @@ class AttributionPosteriorLinearOperator(BlockPosteriorLinearOperator):
         - \mathbf b_{pi}^\top \mathbf C^{-1} \mathbf b_{qj},
         \qquad (\mathbf b_{pi})_j = k^{\mathcal L}_i(\mathbf x_p, \mathbf X_j),
 
-    row ``p * D + i``. The derived prior :math:`k^{\mathcal L\mathcal L}` is evaluated only as
-    needed: per-point :math:`D\times D` blocks for ``.variance`` and :meth:`point_blocks`, all
-    pairs for :meth:`to_dense` and products.
+    row ``p * D + i``. The derived prior :math:`k^{\mathcal L\mathcal L}` is evaluated only as needed: per-point
+    :math:`D\times D` blocks for ``.variance`` and
+    :meth:`~gpytorch_explain.operators.BlockPosteriorLinearOperator.point_blocks`, all pairs for :meth:`to_dense` and
+    products.
 
     **Lazy rows.** With ``lazy_rows=True`` the second argument is the training inputs
     :math:`\mathbf X` (``(*batch, n, D)``) instead of the rows, and the rows :math:`\mathbf b` of a
     range of points are computed with ``derived.cross`` whenever they are needed, in the chunks of
-    :meth:`~BlockPosteriorLinearOperator._chunks`. The point blocks, products and (for the
+    ``BlockPosteriorLinearOperator._chunks``. The point blocks, products and (for the
     ``"solve"`` factor) :meth:`to_dense` then never hold all :math:`m D n` of them at once, at the
     price of recomputing them (once for the point blocks, once per product). The values are those
     of the eager operator. Gradients reach the kernel hyperparameters through the point blocks and

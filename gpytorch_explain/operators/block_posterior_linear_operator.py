@@ -40,8 +40,8 @@ class BlockPosteriorLinearOperator(LinearOperator):
     once, in bounded-memory chunks, and cached; nothing of size :math:`md \times md` is formed
     unless :meth:`to_dense` is called.
 
-    Subclasses provide the prior (:meth:`_prior_point_blocks`, :meth:`_prior_dense`,
-    :meth:`_prior_matmul`) and the rows of :math:`\mathbf B^\top` (:meth:`_b_rows`); they may
+    Subclasses provide the prior (``_prior_point_blocks``, ``_prior_dense``,
+    ``_prior_matmul``) and the rows of :math:`\mathbf B^\top` (``_b_rows``); they may
     override the products with :math:`\mathbf B` when :math:`\mathbf B` has structure.
     """
 
@@ -96,7 +96,7 @@ class BlockPosteriorLinearOperator(LinearOperator):
         return self._b_rows(points) @ self.factor.unsqueeze(-3)
 
     def _b_rows_into(self, points: slice, out: Tensor) -> Tensor:
-        """Write :meth:`_b_rows` into ``out`` (``(*batch, |P|, d, n)``), in place where possible."""
+        """Write ``_b_rows`` into ``out`` (``(*batch, |P|, d, n)``), in place where possible."""
         out.copy_(self._b_rows(points))
         return out
 

@@ -60,7 +60,7 @@ class _WeightedGram(torch.autograd.Function):
     :math:`\partial z_{il} = w_i\boldsymbol\phi_i^\top\mathbf y_{il}`,
     :math:`\partial w_i = \tfrac12\sum_l z_{il}\boldsymbol\phi_i^\top\mathbf y_{il}`.
     Nothing of size :math:`n \times dM` is kept between the passes. The sums over the :math:`n` rows run in
-    :func:`accurate_dtype` (float64 for float32 inputs, one chunk cast at a time) and the result is in that dtype:
+    ``accurate_dtype`` (float64 for float32 inputs, one chunk cast at a time) and the result is in that dtype:
     summed in float32, the capacitance of an SGPR GPX lost most of its accuracy (test RMSE 0.143 against 0.0044
     in float64 on 20k rows). Gradients come back in the inputs' dtypes.
     """
@@ -270,7 +270,7 @@ class GPXInducingLinearOperator(LinearOperator):
 
     def capacitance(self) -> Tensor:
         r""":math:`\mathbf I + \mathbf R^\top\mathbf D^{-1}\mathbf R` (``dM x dM``), formed in row chunks, in
-        :func:`accurate_dtype` (float64 for float32 operators)."""
+        ``accurate_dtype`` (float64 for float32 operators)."""
         self._check_positive()
         dm = self.num_features * self.num_inducing
         gram = _WeightedGram.apply(self.phi, self.z, self.diag_values.reciprocal())
@@ -280,7 +280,7 @@ class GPXInducingLinearOperator(LinearOperator):
     @cached(name="accurate_capacitance_cholesky")
     def accurate_capacitance_cholesky(self) -> Tensor:
         r"""Lower Cholesky factor of :math:`\mathbf I + \mathbf R^\top\mathbf D^{-1}\mathbf R` in
-        :func:`accurate_dtype`: the Woodbury solves and the log-determinant use it."""
+        ``accurate_dtype``: the Woodbury solves and the log-determinant use it."""
         return psd_safe_cholesky(self.capacitance())
 
     @property
@@ -292,7 +292,7 @@ class GPXInducingLinearOperator(LinearOperator):
 
     def _solve_accurate(self, rhs: Tensor) -> Tensor:
         r"""Woodbury, :math:`\mathbf D^{-1}\mathbf b - \mathbf D^{-1}\mathbf R\mathbf A^{-1}\mathbf R^\top
-        \mathbf D^{-1}\mathbf b`, computed and returned in :func:`accurate_dtype` (float64 for float32 operators;
+        \mathbf D^{-1}\mathbf b`, computed and returned in ``accurate_dtype`` (float64 for float32 operators;
         the implicit root then works on float64 copies of :math:`\boldsymbol\Phi` and :math:`\mathbf Z`)."""
         acc = accurate_dtype(self.dtype)
         op = self if acc == self.dtype else self.__class__(self.phi.to(acc), self.z.to(acc), self.diag_values.to(acc))
@@ -305,6 +305,9 @@ class GPXInducingLinearOperator(LinearOperator):
         return self._solve_accurate(rhs).to(self.dtype)
 
     def solve(self, right_tensor: Tensor, left_tensor: Tensor | None = None) -> Tensor:
+        r""":math:`\mathbf C^{-1}\mathbf b` for ``right_tensor`` :math:`\mathbf b` (``(..., n)`` or ``(..., n, k)``),
+        or :math:`\mathbf L\mathbf C^{-1}\mathbf b` with ``left_tensor`` :math:`\mathbf L`, by the Woodbury identity
+        (always exact, never CG), in the operator's dtype."""
         self._check_positive()
         squeeze = right_tensor.dim() == 1
         rhs = right_tensor.unsqueeze(-1) if squeeze else right_tensor
@@ -318,6 +321,10 @@ class GPXInducingLinearOperator(LinearOperator):
         return logdet.to(self.dtype)
 
     def inv_quad_logdet(self, inv_quad_rhs: Tensor | None = None, logdet: bool = False, reduce_inv_quad: bool = True):
+        r"""``(inv_quad, logdet)``: :math:`\mathbf b^\top\mathbf C^{-1}\mathbf b` for ``inv_quad_rhs``
+        :math:`\mathbf b` (summed over its columns when ``reduce_inv_quad``; ``None`` without a right-hand side) and
+        :math:`\log|\mathbf C|` when ``logdet`` (else ``None``), exactly by the Woodbury identity and the matrix
+        determinant lemma."""
         self._check_positive()
         inv_quad = None
         if inv_quad_rhs is not None:

@@ -21,7 +21,7 @@ __all__ = ["PartitionedKernelLinearOperator", "max_block_elements", "block_rows"
 
 def block_rows(num_cols: int, batch_numel: int = 1) -> int:
     """Rows per block so that a block of ``num_cols`` columns (times the batch size) fits
-    :class:`max_block_elements` (at least one row)."""
+    :class:`~gpytorch_explain.settings.max_block_elements` (at least one row)."""
     return max(1, max_block_elements.value() // max(1, num_cols * batch_numel))
 
 
@@ -32,7 +32,7 @@ class PartitionedKernelLinearOperator(KernelLinearOperator):
     A ``KernelLinearOperator`` (same constructor: ``x1``, ``x2``, ``covar_func`` and the hyperparameters as
     keyword arguments, so that linear_operator's autograd routes gradients to them) whose products
     never hold :math:`\mathbf K`. With row blocks :math:`\mathcal B_1, \dots, \mathcal B_p` of ``b`` rows
-    (:func:`block_rows`, set by :class:`max_block_elements`),
+    (``block_rows``, set by :class:`~gpytorch_explain.settings.max_block_elements`),
 
     .. math::
 

@@ -33,11 +33,12 @@ class WeightPosteriorLinearOperator(BlockPosteriorLinearOperator):
     or a root :math:`\mathbf R` with :math:`\mathbf C^{-1} \approx \mathbf R \mathbf R^\top`
     (a LOVE-style cache of rank :math:`r`).
 
-    Nothing of size :math:`md \times md` is formed unless :meth:`to_dense` is called. A product
-    with an :math:`md \times t` matrix costs :math:`O(mndt)` plus one solve; the per-point
-    :math:`d \times d` blocks (:meth:`point_blocks`) and hence the diagonal cost
-    :math:`O(m n^2 d)` with a Cholesky factor and :math:`O(m n r d)` with a root, computed once
-    in bounded-memory chunks and cached.
+    Nothing of size :math:`md \times md` is formed unless
+    :meth:`~gpytorch_explain.operators.BlockPosteriorLinearOperator.to_dense` is called. A product with an
+    :math:`md \times t` matrix costs :math:`O(mndt)` plus one solve; the per-point :math:`d \times d` blocks
+    (:meth:`~gpytorch_explain.operators.BlockPosteriorLinearOperator.point_blocks`) and hence the diagonal cost
+    :math:`O(m n^2 d)` with a Cholesky factor and :math:`O(m n r d)` with a root, computed once in bounded-memory chunks
+    and cached.
 
     :param prior_covar: :math:`\mathbf K_{**} + \sigma_w^2 \mathbf I`, shape ``(m, m)``.
     :param cross_covar: :math:`\mathbf K_{*X}`, shape ``(m, n)``.

@@ -117,6 +117,8 @@ class GPXVariationalStrategy(_VariationalStrategy):
         return MultivariateNormal(zeros, DiagLinearOperator(torch.ones_like(zeros)))
 
     def train(self, mode: bool = True) -> GPXVariationalStrategy:
+        """Set training mode (``mode=True``) or eval mode, as ``torch.nn.Module.train``; clears the cached
+        predictive quantities, which depend on the variational parameters."""
         if (self.training and not mode) or mode:
             self._clear_cache()
         return super().train(mode)

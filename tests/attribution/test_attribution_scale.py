@@ -416,7 +416,7 @@ def _outputs(post, rhs):
 
 
 # max_cholesky_size 0 forces CG on purpose
-@pytest.mark.filterwarnings('ignore:IntegratedGradients. n = .* is above max_cholesky_size:UserWarning')
+@pytest.mark.filterwarnings('ignore:PosteriorIntegratedGradients. n = .* is above max_cholesky_size:UserWarning')
 @pytest.mark.parametrize(
     "path,kind,functional",
     [

@@ -104,14 +104,18 @@ def test_weight_noise_never_underflows_to_zero_in_float32():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_readme_warm_start_recipe(dtype):
-    """README, "Hyperparameters at scale": fit exactly on a subset, condition with inducing points on all rows."""
+    """docs/scale.md, "Hyperparameters at scale": fit exactly on a subset, condition with inducing points on all
+    rows."""
     g = torch.Generator().manual_seed(1)
     x = torch.randn(200, 2, generator=g).to(dtype)
     y = x[:, 0] - 0.5 * x[:, 1] ** 2 + 0.05 * torch.randn(200, generator=g).to(dtype)
     lik = gpytorch.likelihoods.GaussianLikelihood()
+    # the subset fit ends at lengthscales ~10, where 16 inducing points among the data have cond(K_UU) ~ 1e8 (a
+    # float32 Cholesky then needs jitter); the four corners of [-2, 2]^2 keep it ~600 in both dtypes
+    corners = torch.tensor([-2.0, 2.0], dtype=dtype)
     base = gpytorch.kernels.InducingPointKernel(
         gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=2)),
-        inducing_points=x[:16].clone(),
+        inducing_points=torch.cartesian_prod(corners, corners),
         likelihood=lik,
     )
     sub = torch.randperm(len(x), generator=g)[:60]
@@ -156,6 +160,23 @@ def test_progress_bar_counts_iterations(monkeypatch):
         assert bar.max_n <= bar.total
         assert bar.n == model.fit_iterations <= max_iter
         assert model.fit_evaluations == len(model.fit_history) >= model.fit_iterations
+
+
+def test_no_progress_bar_does_not_import_tqdm_auto():
+    """``tqdm.auto`` warns on import in a notebook without ipywidgets (TqdmWarning, seen in the rendered
+    tutorials); a fit without a progress bar must not import it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from gpytorch_explain import GPXModel\n"
+        "x = torch.randn(20, 2, dtype=torch.float64)\n"
+        "GPXModel(x, x[:, 0]).fit(max_iter=2)\n"
+        "print('tqdm.auto' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
 
 
 # ---------------------------------------------------------------- clear errors

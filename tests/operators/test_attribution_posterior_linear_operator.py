@@ -19,7 +19,7 @@ import torch
 from gpytorch.kernels import RBFKernel
 from linear_operator.test.linear_operator_test_case import LinearOperatorTestCase
 
-from gpytorch_explain.attribution import DerivedCovariance, Gradient
+from gpytorch_explain.attribution import DerivedCovariance, GradientFunctional
 from gpytorch_explain.operators import AttributionPosteriorLinearOperator
 
 N, M, D = 5, 3, 2  # training points, points explained, features: an mD = 6 operator
@@ -79,7 +79,7 @@ class TestAttributionPosteriorLinearOperator(LinearOperatorTestCase, unittest.Te
         x, X, covar = _data(*self.batch, seed=self.seed)
         factor, factor_type = self._factor(covar)
         rows = _cross(x, X)
-        derived = DerivedCovariance(_kernel(), Gradient())
+        derived = DerivedCovariance(_kernel(), GradientFunctional())
         torch.testing.assert_close(derived.cross(x, X), rows, rtol=1e-12, atol=1e-12)  # the two agree
         return AttributionPosteriorLinearOperator(
             x.requires_grad_(True),
@@ -138,7 +138,7 @@ class TestAttributionPosteriorLinearOperatorMiddle(TestAttributionPosteriorLinea
             x.requires_grad_(True),
             _cross(x, X).requires_grad_(True),
             torch.linalg.cholesky(covar).requires_grad_(True),
-            derived=DerivedCovariance(_kernel(), Gradient()),
+            derived=DerivedCovariance(_kernel(), GradientFunctional()),
             middle=middle,
         )
 
@@ -158,7 +158,7 @@ class TestAttributionPosteriorLinearOperatorLazyRows(TestAttributionPosteriorLin
             x.requires_grad_(True),
             X.requires_grad_(True),
             torch.linalg.cholesky(covar).requires_grad_(True),
-            derived=DerivedCovariance(_kernel(), Gradient()),
+            derived=DerivedCovariance(_kernel(), GradientFunctional()),
             lazy_rows=True,
         )
 
