@@ -449,6 +449,14 @@ def write_markdown(all_res: dict, args, path: Path) -> str:
     return text
 
 
+def merge_record(old: dict, new: dict) -> dict:
+    """One split's record from two runs of the same seed: ``new`` wins, methods only in ``old`` are kept."""
+    out = dict(new)
+    for key in ("mse", "metrics", "time"):
+        out[key] = {**old.get(key, {}), **new.get(key, {})}
+    return out
+
+
 def _has_pytorch_gpx() -> bool:
     try:
         import pytorch_gpx  # noqa: F401
@@ -517,13 +525,16 @@ def main() -> None:
     out = Path(args.out or RESULTS / ("paper_tables_quick.md" if args.quick else "paper_tables.md"))
     raw_path = out.with_suffix(".json")
     if args.merge:
-        # Splits of one dataset from several files are pooled (later files win for a repeated seed; records
-        # written before seeds were stored count as seeds 0, 1, ... in file order).
+        # Splits of one dataset from several files are pooled (records written before seeds were stored count as
+        # seeds 0, 1, ... in file order). For a repeated seed the later file wins method by method: a method the
+        # later run skipped (--skip-agnostic, --skip-lasso) keeps the earlier file's numbers.
         merged: dict = {}
         for path in args.merge:
             for ds, runs in json.loads(Path(path).read_text()).items():
                 by_seed = {r.get("seed", i): r for i, r in enumerate(merged.get(ds, []))}
-                by_seed.update({r.get("seed", i): r for i, r in enumerate(runs)})
+                for i, r in enumerate(runs):
+                    key = r.get("seed", i)
+                    by_seed[key] = merge_record(by_seed[key], r) if key in by_seed else r
                 merged[ds] = [by_seed[k] for k in sorted(by_seed)]
         merged = {ds: merged[ds] for ds in DATASETS if merged.get(ds)}  # datasets with at least one split
         raw_path.write_text(json.dumps(merged, indent=1))
