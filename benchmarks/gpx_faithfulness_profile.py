@@ -108,10 +108,10 @@ def evaluate(model: GPXModel, xtr: torch.Tensor, xte: torch.Tensor, yte: torch.T
         "faith_pooled": float(np.corrcoef(c.ravel(), delta.ravel())[0, 1]),
         "stab": float(np.nanmean(st)) if np.isfinite(st).any() else float("nan"),
         "stab_global": float(np.nanmean(sg)) if np.isfinite(sg).any() else float("nan"),
-        "lengthscale": float(kern.base_kernel.lengthscale.mean()),
-        "outputscale": float(kern.outputscale),
-        "sigma_w2": float(model.weight_noise.mean()),
-        "sigma_y2": float(model.likelihood.noise.mean()),
+        "lengthscale": kern.base_kernel.lengthscale.detach().mean().item(),
+        "outputscale": kern.outputscale.detach().mean().item(),
+        "sigma_w2": model.weight_noise.detach().mean().item(),
+        "sigma_y2": model.likelihood.noise.detach().mean().item(),
     }
 
 
@@ -124,7 +124,7 @@ def run_split(x, y, seed: int, args) -> dict:
     sub = torch.randperm(n_tr, generator=torch.Generator().manual_seed(seed))[: args.fit_max]
     out = {}
     ml = GPXModel(xtr[sub], ytr[sub]).fit()
-    ls_ml = float(ml.covar_module.base_kernel.base_kernel.lengthscale)
+    ls_ml = ml.covar_module.base_kernel.base_kernel.lengthscale.detach().item()
     variants = [("ML", ml)]
     if not args.skip_ref_opt:
         variants.append(("ref-opt", ref_opt_fit(GPXModel(xtr[sub], ytr[sub]))))
