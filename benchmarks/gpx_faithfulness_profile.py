@@ -86,9 +86,9 @@ def evaluate(model: GPXModel, xtr: torch.Tensor, xte: torch.Tensor, yte: torch.T
             return model(t).mean
 
     with torch.no_grad():
-        post = model.predict_weights(xte)
-    w = post.mean.numpy()
-    c = w * xte.numpy()
+        expl = model.explain(xte)  # per-point d x d blocks: the joint (m d)^2 covariance would not fit for Digits
+    w = np.asarray(expl.weights_mean)
+    c = np.asarray(expl.contributions_mean)
     d = xte.size(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
