@@ -397,7 +397,11 @@ def write_markdown(all_res: dict, args, path: Path) -> str:
             L.append(f"| {ds} ({_row_label(runs, args)}) | " + " | ".join(cells) + " |")
         L.append("")
     L += ["(n/m) after LIME/SHAP: explained n of m test samples per split; their stability neighbourhood is those n.",
-          "", "## Stability details (GPX)", "",
+          "", "For a seed run more than once (`--merge` of several files) the later file's numbers win method by "
+          "method; a method the later run skipped (`--skip-agnostic`) keeps the earlier file's numbers (see "
+          "`run_paper_tables.sh` for which files fill which cells).", ""]
+    L += profile_section()
+    L += ["## Stability details (GPX)", "",
           f"| dataset | samples with a neighbour at ε = 0.05 / ε = {EPS2}, mean over splits | "
           "faithfulness nan (constant rows), all splits |",
           "|---|---|---|"]
@@ -447,6 +451,53 @@ def write_markdown(all_res: dict, args, path: Path) -> str:
     text = "\n".join(L)
     path.write_text(text)
     return text
+
+
+def profile_section() -> list[str]:
+    """The summary tables of ``gpx_faithfulness_<dataset>.md`` (``benchmarks/gpx_faithfulness_profile.py``)."""
+    out: list[str] = []
+    for path in sorted(RESULTS.glob("gpx_faithfulness_*.md")):
+        lines = path.read_text().splitlines()
+        rows = [ln for ln in lines[: next((i for i, ln in enumerate(lines) if ln.startswith("Per split")), None)]
+                if ln.startswith("|")]
+        if not rows:
+            continue
+        ds = path.stem.removeprefix("gpx_faithfulness_")
+        if not out:
+            out += ["## GPX faithfulness against the lengthscale (why Fish misses the paper)", "",
+                    "From `benchmarks/gpx_faithfulness_profile.py` (per-split numbers in the files named): the same "
+                    "splits, GPX fitted by maximum likelihood (ML, the tables' fit), with the optimiser settings of "
+                    "the authors' public implementation (ref-opt: L-BFGS, step 0.1, no line search, ≤ 150 "
+                    "iterations, loss tolerance 1e-4), and with the RBF lengthscale held at 1.5× / 2× the ML value "
+                    "(the other hyperparameters refitted). neg_log_ml: −log marginal likelihood on the fitting rows "
+                    "(nats, lower = better fit). faith: the tables' reading (baseline 0, per-sample Pearson r, mean "
+                    "over samples); faith_train_mean: the split's own training mean as baseline; faith_median: "
+                    "median over samples; faith_pooled: one r over all sample-feature pairs.", ""]
+        out += [f"**{ds}** (`{path.name}`)", "", *rows, ""]
+    if out:
+        out += ["Reading (Fish): the open choices of the metric (baseline; NaN handling: no Fish sample is NaN) do "
+                "not move the mean reading (the median is higher because a few samples with negative r pull the mean "
+                "down, but the paper averages), and ref-opt ends between its start and the ML optimum, within a few "
+                "nats of it. What moves GPX's faithfulness, stability and (on Fish, slightly) MSE is the lengthscale:"
+                " longer than the ML value, the weights change less when a feature is set to its baseline, so the "
+                "prediction drop tracks the contribution w_j x_j more closely. The paper's Fish faithfulness "
+                "corresponds to about 1.5× our ML lengthscale, at a cost of a few nats of marginal likelihood. (The "
+                "median-heuristic start is ≈ 2.2 on Fish, ≈ 1.6× the ML value, but the unfitted start scores ≈ 0.77 "
+                "on splits 0-1, as its output scale 1 makes the weights vary strongly.) The paper states ML "
+                "estimation and no prior on the lengthscale, so no setting it states selects a longer lengthscale; "
+                "the tables keep the ML fit and Fish stays below the paper's faithfulness. On Digits (one split) "
+                "the same lever exists but costs more: ℓ×1.5 raises faithfulness 0.885 → 0.911 at 38 nats of "
+                "marginal likelihood and a higher MSE (0.066 vs 0.058); Digits' ML faithfulness is within our "
+                "spread of the paper's.", ""]
+    return out
+
+
+def merge_record(old: dict, new: dict) -> dict:
+    """One split's record from two runs of the same seed: ``new`` wins, methods only in ``old`` are kept."""
+    out = dict(new)
+    for key in ("mse", "metrics", "time"):
+        out[key] = {**old.get(key, {}), **new.get(key, {})}
+    return out
 
 
 def _has_pytorch_gpx() -> bool:
@@ -517,13 +568,16 @@ def main() -> None:
     out = Path(args.out or RESULTS / ("paper_tables_quick.md" if args.quick else "paper_tables.md"))
     raw_path = out.with_suffix(".json")
     if args.merge:
-        # Splits of one dataset from several files are pooled (later files win for a repeated seed; records
-        # written before seeds were stored count as seeds 0, 1, ... in file order).
+        # Splits of one dataset from several files are pooled (records written before seeds were stored count as
+        # seeds 0, 1, ... in file order). For a repeated seed the later file wins method by method: a method the
+        # later run skipped (--skip-agnostic, --skip-lasso) keeps the earlier file's numbers.
         merged: dict = {}
         for path in args.merge:
             for ds, runs in json.loads(Path(path).read_text()).items():
                 by_seed = {r.get("seed", i): r for i, r in enumerate(merged.get(ds, []))}
-                by_seed.update({r.get("seed", i): r for i, r in enumerate(runs)})
+                for i, r in enumerate(runs):
+                    key = r.get("seed", i)
+                    by_seed[key] = merge_record(by_seed[key], r) if key in by_seed else r
                 merged[ds] = [by_seed[k] for k in sorted(by_seed)]
         merged = {ds: merged[ds] for ds in DATASETS if merged.get(ds)}  # datasets with at least one split
         raw_path.write_text(json.dumps(merged, indent=1))
