@@ -129,10 +129,13 @@ def _lime_one(task):
 
 
 def _gp_one(task):
-    from gpytorch_explain.local import LocalGPExplainer
+    from gpytorch_explain.local import LocalGPExplainer, from_sklearn_classifier
 
     name, budget, i, r, setting = task
-    Xtr, Xte, _, _, predict, _, _ = _data(name)
+    Xtr, Xte, _, model, predict, _, _ = _data(name)
+    setting = dict(setting)
+    if setting.pop("output", "probability") == "logit":  # explain the logit of the class-1 probability
+        predict = from_sklearn_classifier(model, 1, output="logit")
     ex = LocalGPExplainer(predict, Xtr, budget=budget, seed=1000 * r + i, **setting)
     t0, c0 = time.perf_counter(), time.process_time()
     res = ex.explain(Xte[i])
@@ -187,6 +190,8 @@ def run(args, store: dict, path: str = STORE) -> None:
     setting_base = {"interval": args.interval, "lengthscale_prior_scale": args.prior_scale}
     if args.n_initial is not None:
         setting_base["n_initial"] = args.n_initial
+    if args.output == "logit":
+        setting_base["output"] = "logit"
     tasks = []
     for name in args.datasets:
         cells = [(i, r) for i in range(args.instances) for r in range(args.repeats)]
@@ -219,13 +224,66 @@ def run(args, store: dict, path: str = STORE) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- report
-_ABBREV = {"acquisition=": "", "interval=": "r=", "lengthscale_prior_scale=": "s=", "n_initial=": "n0="}
+_ABBREV = {"acquisition=": "", "interval=": "r=", "lengthscale_prior_scale=": "s=", "n_initial=": "n0=", "output=": ""}
 
 
 def _short(setting: str) -> str:
+    parts = setting.split(",")
+    order = sorted(parts, key=lambda t: (not t.startswith("acquisition="), t))  # acquisition first
+    text = " ".join(order)
     for long, short in _ABBREV.items():
-        setting = setting.replace(long, short)
-    return setting.replace(",", " ")
+        text = text.replace(long, short)
+    return text
+
+def _grid(cells) -> tuple[list[int], list[int]]:
+    """The largest complete instances x repeats grid (repeats 0..R-1) inside ``cells``."""
+    best: tuple[list[int], list[int]] = ([], [])
+    for R in range(1, 1 + max((r for _, r in cells), default=-1) + 1):
+        inst = sorted({i for i, _ in cells if all((i, r) in cells for r in range(R))})
+        if len(inst) * R > len(best[0]) * len(best[1]):
+            best = (inst, list(range(R)))
+    return best
+
+
+HEAD = (
+    f"{'method':<34}{'budget':>6}{'I x R':>8}{'incons':>8}{'LIME@b':>8}{'LIME@5k':>8}{'/LIME@b':>8}"
+    f"{'/5k':>6}{'top5 L5k':>9}{'top5 SHAP':>10}{'LOO R2':>8}{'cpu s':>7}{'wall s':>7}"
+)
+
+
+def _rows(method, budget, setting, cells, inst, reps, lime, shap_ref) -> list[str]:
+    """Report lines for one method on the grid ``inst`` x ``reps`` (LIME on the same cells)."""
+    full = [(i, r) for i in inst for r in reps]
+    if not full or 5000 not in lime or budget not in lime:
+        return []
+    if not all(c in lime[5000] and c in lime[budget] and c in cells for c in full):
+        return []
+
+    def arr(src, field):
+        return np.array([[src[(i, r)][field] for r in reps] for i in inst])
+
+    S_big, S_b = arr(lime[5000], "score"), arr(lime[budget], "score")
+    ref_l = np.abs(S_big).mean(1)
+    ref_s = None
+    if shap_ref is not None and all((i, 0) in shap_ref for i in inst):
+        ref_s = np.array([shap_ref[(i, 0)]["score"] for i in inst])
+    i_big, i_b = inconsistency(S_big), inconsistency(S_b)
+    out = []
+    fields = (("score", "LIME"),) if method == "lime" else (("relevance", "1/l"), ("gradient", "|grad|"))
+    for field, lab in fields:
+        S = arr(cells, field)
+        inc = inconsistency(S)
+        label = "LIME" if method == "lime" else f"GP {lab} {_short(setting)}"
+        t5s = f"{top5(S, ref_s):>10.2f}" if ref_s is not None else f"{'':>10}"
+        loo = f"{np.nanmean([cells[c]['loo'] for c in full]):>8.3f}" if method == "gp" else f"{'':>8}"
+        cpu = np.mean([cells[c]["cpu"] for c in full])
+        wall = np.mean([cells[c]["wall"] for c in full])
+        out.append(
+            f"{label:<34}{budget:>6}{f'{len(inst)}x{len(reps)}':>8}{inc:>8.4f}{i_b:>8.4f}{i_big:>8.4f}"
+            f"{inc / i_b:>8.2f}{inc / i_big:>6.2f}{top5(S, ref_l):>9.2f}{t5s}{loo}{cpu:>7.2f}{wall:>7.2f}"
+        )
+    return out
+
 
 def report(store: dict) -> str:
     recs = store["records"]
@@ -236,65 +294,38 @@ def report(store: dict) -> str:
     lines = [
         "LocalGPExplainer vs LIME (benchmarks/local_vs_lime.py; generated from local_vs_lime_scores.json).",
         "Inconsistency = the paper's metric (per repeat |score| / max |score|; std across repeats; mean over",
-        "features, then instances). Each GP row is compared with LIME on the SAME (instance, repeat) cells:",
-        "'LIME@b' = LIME at the same budget, 'LIME@5000'. ratio columns = GP / LIME. top-5 = overlap of the",
-        "top-5 features of the mean |score| over repeats with LIME@5000 (mean |coef|) and KernelSHAP. 1/l = the",
-        "paper's ARD relevance (result.relevance); |grad| = posterior mean gradient x feature std. LOO R2 =",
-        "the surrogate's leave-one-out R2 (mean over explanations). cpu/wall: seconds per explanation.",
+        "features, then instances). Each GP row is compared with LIME on the SAME (instance, repeat) cells",
+        "(I x R = first I test instances x R seeds): 'LIME@b' = LIME at the same budget, 'LIME@5k' = at 5000",
+        "samples; '/LIME@b', '/5k' = GP / LIME. top-5 = overlap of the top-5 features of the mean |score| over",
+        "repeats with LIME@5000 (mean |coef|) and KernelSHAP. 1/l = the paper's ARD relevance",
+        "(result.relevance); |grad| = posterior mean gradient x feature std. LOO R2 = the surrogate's",
+        "leave-one-out R2 (mean over explanations). cpu/wall: seconds per explanation (the machine is shared:",
+        "wall >> cpu when loaded). Setting: r = interval, s = lengthscale_prior_scale, n0 = n_initial; 'logit':",
+        "the GP explains the logit of the probability (LIME and KernelSHAP the probability).",
         "",
         "Commands that produced the stored cells:",
     ]
     lines += ["  " + c for c in store["commands"]]
-    datasets = sorted({k[0] for k in by})
-    for name in datasets:
-        lime_big = {k[2]: v for k, v in by.items() if k[0] == name and k[1] == "lime"}
+    for name in sorted({k[0] for k in by}):
+        lime = {k[2]: v for k, v in by.items() if k[0] == name and k[1] == "lime"}
         shap_runs = {k[2]: v for k, v in by.items() if k[0] == name and k[1] == "shap"}
-        shap_n = max(shap_runs) if shap_runs else None
-        lines += ["", f"=== {name} ==="]
-        head = (
-            f"{'method':<34}{'budget':>6}{'I x R':>8}{'incons':>8}{'LIME@b':>8}{'LIME@5k':>8}{'/LIME@b':>8}"
-            f"{'/5k':>6}{'top5 L5k':>9}{'top5 SHAP':>10}{'LOO R2':>8}{'cpu s':>7}{'wall s':>7}"
-        )
-        lines.append(head)
-        rows = sorted(k for k in by if k[0] == name and k[1] in ("gp", "lime"))
-        for key in rows:
-            _, method, budget, setting = key
-            cells = by[key]
-            inst = sorted({i for i, _ in cells})
-            reps = sorted({r for _, r in cells})
-            full = [(i, r) for i in inst for r in reps]
-            if not all(c in cells for c in full) or 5000 not in lime_big:
+        shap_ref = shap_runs[max(shap_runs)] if shap_runs else None
+        lines += ["", f"=== {name}: every setting on all its cells ===", HEAD]
+        for key in sorted(k for k in by if k[0] == name and k[1] in ("gp", "lime")):
+            inst, reps = _grid(by[key])
+            lines += _rows(key[1], key[2], key[3], by[key], inst, reps, lime, shap_ref)
+        for budget in sorted({k[2] for k in by if k[0] == name and k[1] == "gp"}):
+            keys = sorted(k for k in by if k[0] == name and k[1] == "gp" and k[2] == budget)
+            if len(keys) < 2:
                 continue
-            big = lime_big[5000]
-            if budget not in lime_big or not all(c in big and c in lime_big[budget] for c in full):
-                continue
-
-            def arr(src, field, full=full, inst=inst, reps=reps):
-                return np.array([[src[(i, r)][field] for r in reps] for i in inst])
-
-            S_big = arr(big, "score")
-            S_b = arr(lime_big[budget], "score")
-            ref_l = np.abs(S_big).mean(1)
-            if shap_n is not None and all((i, 0) in shap_runs[shap_n] for i in inst):
-                ref_s = np.array([shap_runs[shap_n][(i, 0)]["score"] for i in inst])
-            else:
-                ref_s = None
-            i_big, i_b = inconsistency(S_big), inconsistency(S_b)
-            fields = (("score", "LIME"),) if method == "lime" else (("relevance", "1/l"), ("gradient", "|grad|"))
-            for field, lab in fields:
-                S = arr(cells, field)
-                inc = inconsistency(S)
-                label = "LIME" if method == "lime" else f"GP {lab} {_short(setting)}"
-                t5s = f"{top5(S, ref_s):>10.2f}" if ref_s is not None else f"{'':>10}"
-                loo = f"{np.nanmean([c['loo'] for c in cells.values()]):>8.3f}" if method == "gp" else f"{'':>8}"
-                cpu = np.mean([cells[c]["cpu"] for c in full])
-                wall = np.mean([cells[c]["wall"] for c in full])
-                lines.append(
-                    f"{label:<34}{budget:>6}{f'{len(inst)}x{len(reps)}':>8}{inc:>8.4f}{i_b:>8.4f}{i_big:>8.4f}"
-                    f"{inc / i_b:>8.2f}{inc / i_big:>6.2f}{top5(S, ref_l):>9.2f}{t5s}{loo}{cpu:>7.2f}{wall:>7.2f}"
-                )
-        if shap_n is not None:
-            lines.append(f"(KernelSHAP: nsamples={shap_n}, background = 10 k-means centres of the training data)")
+            common = set.intersection(*(set(by[k]) for k in keys))
+            inst, reps = _grid(common)
+            lines += ["", f"--- {name}, budget {budget}: the GP settings on their common cells ---", HEAD]
+            lines += _rows("lime", budget, "", lime.get(budget, {}), inst, reps, lime, shap_ref)
+            for key in keys:
+                lines += _rows("gp", budget, key[3], by[key], inst, reps, lime, shap_ref)
+        if shap_runs:
+            lines.append(f"(KernelSHAP nsamples={max(shap_runs)}, background: 10 k-means centres of the training data)")
     return "\n".join(lines) + "\n"
 
 
@@ -308,6 +339,12 @@ def main(argv=None) -> None:
     p.add_argument("--interval", type=float, default=2.0)
     p.add_argument("--prior-scale", type=float, default=0.5, help="lengthscale_prior_scale")
     p.add_argument("--n-initial", type=int, default=None, help="n_initial (default: the library's)")
+    p.add_argument(
+        "--output",
+        choices=["probability", "logit"],
+        default="probability",
+        help="classification: what the GP explains (LIME and KernelSHAP always explain the probability)",
+    )
     p.add_argument("--lime-large", type=int, default=5000)
     p.add_argument("--shap-samples", type=int, default=2048)
     p.add_argument("--jobs", type=int, default=1, help="worker processes (one explanation each)")
