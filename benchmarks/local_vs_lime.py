@@ -43,6 +43,7 @@ BOSTON = os.environ.get("BOSTON_CSV", "/work/shared/datasets/boston_housing.csv"
 HERE = os.path.dirname(os.path.abspath(__file__))
 STORE = os.path.join(HERE, "results", "local_vs_lime_scores.json")
 REPORT = os.path.join(HERE, "results", "local_vs_lime.txt")
+NOTES = os.path.join(HERE, "results", "local_vs_lime_notes.txt")  # hand-written reading, put atop the report
 
 
 def load(name: str, seed: int = 0):
@@ -190,6 +191,10 @@ def run(args, store: dict, path: str = STORE) -> None:
     setting_base = {"interval": args.interval, "lengthscale_prior_scale": args.prior_scale}
     if args.n_initial is not None:
         setting_base["n_initial"] = args.n_initial
+    if args.num_restarts is not None:
+        setting_base["num_restarts"] = args.num_restarts
+    if args.raw_samples is not None:
+        setting_base["raw_samples"] = args.raw_samples
     if args.output == "logit":
         setting_base["output"] = "logit"
     tasks = []
@@ -224,7 +229,8 @@ def run(args, store: dict, path: str = STORE) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- report
-_ABBREV = {"acquisition=": "", "interval=": "r=", "lengthscale_prior_scale=": "s=", "n_initial=": "n0=", "output=": ""}
+_ABBREV = {"acquisition=": "", "interval=": "r=", "lengthscale_prior_scale=": "s=", "n_initial=": "n0=", "output=": "",
+    "num_restarts=": "nr=", "raw_samples=": "rs="}
 
 
 def _short(setting: str) -> str:
@@ -246,7 +252,7 @@ def _grid(cells) -> tuple[list[int], list[int]]:
 
 
 HEAD = (
-    f"{'method':<34}{'budget':>6}{'I x R':>8}{'incons':>8}{'LIME@b':>8}{'LIME@5k':>8}{'/LIME@b':>8}"
+    f"{'method':<42}{'budget':>6}{'I x R':>8}{'incons':>8}{'LIME@b':>8}{'LIME@5k':>8}{'/LIME@b':>8}"
     f"{'/5k':>6}{'top5 L5k':>9}{'top5 SHAP':>10}{'LOO R2':>8}{'cpu s':>7}{'wall s':>7}"
 )
 
@@ -279,7 +285,7 @@ def _rows(method, budget, setting, cells, inst, reps, lime, shap_ref) -> list[st
         cpu = np.mean([cells[c]["cpu"] for c in full])
         wall = np.mean([cells[c]["wall"] for c in full])
         out.append(
-            f"{label:<34}{budget:>6}{f'{len(inst)}x{len(reps)}':>8}{inc:>8.4f}{i_b:>8.4f}{i_big:>8.4f}"
+            f"{label:<42}{budget:>6}{f'{len(inst)}x{len(reps)}':>8}{inc:>8.4f}{i_b:>8.4f}{i_big:>8.4f}"
             f"{inc / i_b:>8.2f}{inc / i_big:>6.2f}{top5(S, ref_l):>9.2f}{t5s}{loo}{cpu:>7.2f}{wall:>7.2f}"
         )
     return out
@@ -300,12 +306,16 @@ def report(store: dict) -> str:
         "repeats with LIME@5000 (mean |coef|) and KernelSHAP. 1/l = the paper's ARD relevance",
         "(result.relevance); |grad| = posterior mean gradient x feature std. LOO R2 = the surrogate's",
         "leave-one-out R2 (mean over explanations). cpu/wall: seconds per explanation (the machine is shared:",
-        "wall >> cpu when loaded). Setting: r = interval, s = lengthscale_prior_scale, n0 = n_initial; 'logit':",
+        "wall >> cpu when loaded). Setting: r = interval, s = lengthscale_prior_scale, n0 = n_initial,",
+        "nr/rs = num_restarts/raw_samples of the acquisition optimiser (library defaults 2/32 when absent); 'logit':",
         "the GP explains the logit of the probability (LIME and KernelSHAP the probability).",
         "",
         "Commands that produced the stored cells:",
     ]
     lines += ["  " + c for c in store["commands"]]
+    if os.path.exists(NOTES):
+        with open(NOTES) as fh:
+            lines += ["", fh.read().rstrip()]
     for name in sorted({k[0] for k in by}):
         lime = {k[2]: v for k, v in by.items() if k[0] == name and k[1] == "lime"}
         shap_runs = {k[2]: v for k, v in by.items() if k[0] == name and k[1] == "shap"}
@@ -339,6 +349,8 @@ def main(argv=None) -> None:
     p.add_argument("--interval", type=float, default=2.0)
     p.add_argument("--prior-scale", type=float, default=0.5, help="lengthscale_prior_scale")
     p.add_argument("--n-initial", type=int, default=None, help="n_initial (default: the library's)")
+    p.add_argument("--num-restarts", type=int, default=None, help="num_restarts (default: the library's)")
+    p.add_argument("--raw-samples", type=int, default=None, help="raw_samples (default: the library's)")
     p.add_argument(
         "--output",
         choices=["probability", "logit"],
