@@ -63,7 +63,7 @@ class LocalGPExplainer:
         lengthscale_prior_scale=0.5, num_restarts=4, raw_samples=128`` (Boston / ExtraTrees, 50 calls, 3
         instances x 3 seeds in ``benchmarks/results/local_vs_lime.txt``: inconsistency of :math:`1/\ell` 0.011,
         against 0.016 with the default optimiser settings, 0.057 for LIME at 50 samples and 0.006 for LIME at
-        5,000; the paper's ``"lcb"``, ``"ei"`` and ``"pi"`` were no more stable than LIME at 50 samples there).
+        5,000; with the paper's ``"lcb"``, ``"ei"`` and ``"pi"``, 1/ℓ was no more stable than LIME at 50 samples).
         The run-to-run spread comes from the BO path (which points the acquisition optimiser finds), not from
         the initial design: a seed-independent design changed it by < 20 %, a better-optimised acquisition by
         ~35 %. Check ``fidelity``: with 30 features and 50 calls (breast cancer / SVC) this setting's surrogate
