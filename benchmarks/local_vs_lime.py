@@ -242,9 +242,9 @@ def _short(setting: str) -> str:
     return text
 
 def _grid(cells) -> tuple[list[int], list[int]]:
-    """The largest complete instances x repeats grid (repeats 0..R-1) inside ``cells``."""
+    """The largest complete instances x repeats grid (repeats 0..R-1, R >= 2) inside ``cells``."""
     best: tuple[list[int], list[int]] = ([], [])
-    for R in range(1, 1 + max((r for _, r in cells), default=-1) + 1):
+    for R in range(2, 1 + max((r for _, r in cells), default=-1) + 1):
         inst = sorted({i for i, _ in cells if all((i, r) in cells for r in range(R))})
         if len(inst) * R > len(best[0]) * len(best[1]):
             best = (inst, list(range(R)))

@@ -60,14 +60,15 @@ class LocalGPExplainer:
     :param acquisition: one of ``"lcb"`` (default), ``"ei"``, ``"pi"``/``"mpi"`` (GPyOpt semantics, see
         :mod:`~gpytorch_explain.local.acquisition`), ``"variance"``, ``"integrated_variance"``, ``"gradient"``.
         Recommended for stable explanations: ``acquisition="variance", interval=2.0,
-        lengthscale_prior_scale=0.5, num_restarts=4, raw_samples=128`` (Boston / ExtraTrees, 50 calls, 3
-        instances x 3 seeds in ``benchmarks/results/local_vs_lime.txt``: inconsistency of :math:`1/\ell` 0.011,
-        against 0.016 with the default optimiser settings, 0.057 for LIME at 50 samples and 0.006 for LIME at
-        5,000; with the paper's ``"lcb"``, ``"ei"`` and ``"pi"``, 1/ℓ was no more stable than LIME at 50 samples).
-        The run-to-run spread comes from the BO path (which points the acquisition optimiser finds), not from
-        the initial design: a seed-independent design changed it by < 20 %, a better-optimised acquisition by
-        ~35 %. Check ``fidelity``: with 30 features and 50 calls (breast cancer / SVC) this setting's surrogate
-        did not fit (LOO R² ≈ 0); ``interval=1.0, lengthscale_prior_scale=1.0`` fitted there (LOO R² ≈ 0.7).
+        lengthscale_prior_scale=0.5`` (Boston / ExtraTrees, 50 calls, ``benchmarks/results/local_vs_lime.txt``:
+        inconsistency of :math:`1/\ell` 0.016 on 3 instances x 3 seeds, against 0.057 for LIME at 50 samples
+        and 0.006 for LIME at 5,000; with the paper's ``"lcb"``, ``"ei"`` and ``"pi"``, 1/ℓ was no more stable
+        than LIME at 50 samples). The remaining run-to-run spread is the MAP lengthscales' sensitivity to which
+        points the BO path picks: neither a seed-independent initial design, nor 100 calls instead of 50, nor
+        more optimiser restarts (``num_restarts``/``raw_samples`` 4/128, 8/256) reduced it consistently.
+        Check ``fidelity``: with 30 features and 50 calls (breast cancer / SVC) this setting's surrogate did
+        not fit (LOO R² ≈ 0, for the logit of the probability too); ``interval=1.0,
+        lengthscale_prior_scale=1.0`` fitted there (LOO R² ≈ 0.7) but was no more stable than LIME.
     :param budget: total number of black-box rows, ``x`` included.
     :param categorical_features: indices of categorical features (values taken from ``training_data``).
     :param feature_names: ``D`` names (default ``x0, x1, ...``).
@@ -84,8 +85,7 @@ class LocalGPExplainer:
         ``tests/test_local_explainer.py``'s black box, against at least 5 with 1.0).
     :param q: points per BO step (one black-box call per step).
     :param num_restarts: L-BFGS-B restarts of the acquisition optimiser (BoTorch's ``optimize_acqf``).
-    :param raw_samples: random points from which its restarts are chosen. More of both find the acquisition's
-        maximum more reliably, which makes repeated explanations more alike (see above) at little extra cost.
+    :param raw_samples: random points from which its restarts are chosen.
     :param n_initial: Sobol points besides ``x`` in the first call (default ``max(2, min(10, budget // 5))``).
     :param jitter: GPyOpt's acquisition jitter for EI/PI, in output standard deviations.
     :param exploration_weight: GPyOpt's LCB weight ``w``.
