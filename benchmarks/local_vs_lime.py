@@ -3,34 +3,47 @@
 
 The paper's setting (Saini & Prasad): Boston housing with an ``ExtraTreesRegressor`` and scikit-learn's
 breast-cancer data with ``SVC(probability=True)`` (80/20 split), repeated explanations (different seeds)
-of the same test instances.
+of the same test instances (the first ``--instances`` rows of the test split).
 
 * inconsistency (the paper's metric): per instance, the scores of each repeat are made absolute and divided
-  by their maximum; the std across repeats, averaged over the features, then over the instances;
+  by their maximum; the std across repeats (ddof 0), averaged over the features, then over the instances;
 * scores: LIME's linear coefficients; for the GP explainer both the paper's ARD relevance ``1/ℓ`` and the
-  signed gradient ``∂f/∂x`` (made absolute by the metric) in the units of the standardised features;
-* fidelity: top-5 agreement (|overlap| / 5) of the mean |score| with LIME at 5,000 samples and with
-  KernelSHAP (``nsamples`` below); the GP scores are compared per feature scale, so the gradient is
-  multiplied by the feature's std (LIME standardises its features internally too);
+  signed gradient ``∂f/∂x`` times the feature's std (made absolute by the metric);
+* fidelity: top-5 agreement (|overlap| / 5) of the mean |score| over repeats with LIME at ``--lime-large``
+  samples (mean |coefficient| over the same repeats) and with KernelSHAP (``--shap-samples``);
 * time: wall and CPU seconds per explanation (the machine may be shared; CPU time is the fairer number).
+
+Every explanation's scores are stored in ``benchmarks/results/local_vs_lime_scores.json`` keyed by dataset,
+method, budget, setting, instance and repeat, so partial runs (``--instances/--repeats/--budgets/
+--acquisitions``) accumulate; ``benchmarks/results/local_vs_lime.txt`` is regenerated from the whole store
+after every run (``--report-only`` just regenerates it). Each GP row is compared with LIME on exactly the
+same (instance, repeat) cells. Repeat ``r`` of instance ``i`` uses seed ``1000 r + i`` (LIME: ``random_state``).
 
 Usage::
 
-    PYTHONPATH=$PWD python benchmarks/local_vs_lime.py            # the full setting (hours on 2 cores)
-    PYTHONPATH=$PWD python benchmarks/local_vs_lime.py --quick    # 3 instances x 4 repeats, budgets 25/50
+    PYTHONPATH=$PWD python benchmarks/local_vs_lime.py --datasets boston --instances 20 --repeats 10 \\
+        --budgets 25 50 100 --acquisitions variance --jobs 2
+    PYTHONPATH=$PWD python benchmarks/local_vs_lime.py --report-only
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 import warnings
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
 BOSTON = os.environ.get("BOSTON_CSV", "/work/shared/datasets/boston_housing.csv")
+HERE = os.path.dirname(os.path.abspath(__file__))
+STORE = os.path.join(HERE, "results", "local_vs_lime_scores.json")
+REPORT = os.path.join(HERE, "results", "local_vs_lime.txt")
+NOTES = os.path.join(HERE, "results", "local_vs_lime_notes.txt")  # hand-written reading, put atop the report
 
 
 def load(name: str, seed: int = 0):
@@ -51,7 +64,7 @@ def load(name: str, seed: int = 0):
             return model.predict(Z)
 
         mode = "regression"
-    else:
+    elif name == "cancer":
         from sklearn.datasets import load_breast_cancer
         from sklearn.pipeline import make_pipeline
         from sklearn.preprocessing import StandardScaler
@@ -60,13 +73,17 @@ def load(name: str, seed: int = 0):
         ds = load_breast_cancer()
         X, y, names = ds.data, ds.target, list(ds.feature_names)
         Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, random_state=seed)
-        model = make_pipeline(StandardScaler(), SVC(probability=True, random_state=seed)).fit(Xtr, ytr)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # SVC(probability=True) deprecation (sklearn >= 1.9)
+            model = make_pipeline(StandardScaler(), SVC(probability=True, random_state=seed)).fit(Xtr, ytr)
         score = model.score(Xte, yte)
 
         def predict(Z):
             return model.predict_proba(Z)[:, 1]
 
         mode = "classification"
+    else:
+        raise ValueError(f"unknown dataset {name!r}")
     return Xtr, Xte, names, model, predict, mode, score
 
 
@@ -83,122 +100,278 @@ def top5(scores: np.ndarray, ref: np.ndarray) -> float:
     return float(np.mean([len(set(np.argsort(-a[i])[:5]) & set(np.argsort(-ref[i])[:5])) / 5 for i in range(len(a))]))
 
 
-def lime_scores(Xtr, instances, predict, model, mode, budget, repeats):
+# ---------------------------------------------------------------------------------------------- workers
+_CACHE: dict = {}
+
+
+def _data(name):
+    if name not in _CACHE:
+        _CACHE[name] = load(name)
+    return _CACHE[name]
+
+
+def _lime_one(task):
     from lime.lime_tabular import LimeTabularExplainer
 
-    D = Xtr.shape[1]
-    out = np.zeros((len(instances), repeats, D))
-    times = []
+    name, budget, i, r = task
+    Xtr, Xte, _, model, predict, mode, _ = _data(name)
     fn = model.predict_proba if mode == "classification" else predict
-    for i, x in enumerate(instances):
-        for r in range(repeats):
-            ex = LimeTabularExplainer(Xtr, mode=mode, discretize_continuous=False, random_state=1000 * r + i)
-            t0 = time.process_time()
-            exp = ex.explain_instance(x, fn, num_features=D, num_samples=budget, labels=(1,))
-            times.append(time.process_time() - t0)
-            label = 1 if mode == "classification" else next(iter(exp.as_map()))
-            for j, c in exp.as_map()[label]:
-                out[i, r, j] = c
-    return out, float(np.mean(times))
-
-
-def shap_scores(Xtr, instances, predict, nsamples):
-    import shap
-
-    background = shap.kmeans(Xtr, 10)
-    ex = shap.KernelExplainer(predict, background)
+    ex = LimeTabularExplainer(Xtr, mode=mode, discretize_continuous=False, random_state=1000 * r + i)
+    t0, c0 = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        vals = ex.shap_values(np.asarray(instances), nsamples=nsamples, silent=True)
-    return np.abs(np.asarray(vals))
+        exp = ex.explain_instance(Xte[i], fn, num_features=Xtr.shape[1], num_samples=budget, labels=(1,))
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    label = 1 if mode == "classification" else next(iter(exp.as_map()))
+    s = np.zeros(Xtr.shape[1])
+    for j, c in exp.as_map()[label]:
+        s[j] = c
+    return {"score": s.tolist(), "cpu": cpu, "wall": wall}
 
 
-def gp_scores(Xtr, instances, predict, acquisition, budget, repeats, interval, q, prior_scale=None):
-    from gpytorch_explain.local import LocalGPExplainer
+def _gp_one(task):
+    from gpytorch_explain.local import LocalGPExplainer, from_sklearn_classifier
 
-    D = Xtr.shape[1]
-    rel = np.zeros((len(instances), repeats, D))
-    grad = np.zeros_like(rel)
-    wall, cpu, fid, nwarn = [], [], [], 0
-    sd = Xtr.std(0)
-    extra = {} if prior_scale is None else {"lengthscale_prior_scale": prior_scale}
-    for i, x in enumerate(instances):
-        for r in range(repeats):
-            ex = LocalGPExplainer(
-                predict, Xtr, acquisition=acquisition, budget=budget, seed=1000 * r + i, interval=interval, q=q, **extra
-            )
-            t0, c0 = time.perf_counter(), time.process_time()
-            res = ex.explain(x)
-            wall.append(time.perf_counter() - t0)
-            cpu.append(time.process_time() - c0)
-            assert len(res.y_samples) == budget
-            rel[i, r] = res.relevance
-            grad[i, r] = res.gradient_mean * sd  # per feature std, as LIME's standardised coefficients
-            fid.append(res.fidelity)
-            nwarn += len(res.warnings)
-    return rel, grad, float(np.mean(wall)), float(np.mean(cpu)), float(np.nanmean(fid)), nwarn
+    name, budget, i, r, setting = task
+    Xtr, Xte, _, model, predict, _, _ = _data(name)
+    setting = dict(setting)
+    if setting.pop("output", "probability") == "logit":  # explain the logit of the class-1 probability
+        predict = from_sklearn_classifier(model, 1, output="logit")
+    ex = LocalGPExplainer(predict, Xtr, budget=budget, seed=1000 * r + i, **setting)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = ex.explain(Xte[i])
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    assert len(res.y_samples) == budget
+    return {
+        "relevance": res.relevance.tolist(),
+        "gradient": (res.gradient_mean * Xtr.std(0)).tolist(),
+        "loo": float(res.fidelity),
+        "nwarn": len(res.warnings),
+        "cpu": cpu,
+        "wall": wall,
+    }
+
+
+def _shap_one(task):
+    import shap
+
+    name, nsamples, i = task
+    Xtr, Xte, _, _, predict, _, _ = _data(name)
+    ex = shap.KernelExplainer(predict, shap.kmeans(Xtr, 10))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vals = ex.shap_values(Xte[i : i + 1], nsamples=nsamples, silent=True)
+    return {"score": np.abs(np.asarray(vals)).reshape(-1).tolist()}
+
+
+# ---------------------------------------------------------------------------------------------- store
+def _key(*parts) -> str:
+    return "|".join(str(p) for p in parts)
+
+
+def load_store(path: str = STORE) -> dict:
+    if os.path.exists(path):
+        with open(path) as fh:
+            return json.load(fh)
+    return {"records": {}, "commands": []}
+
+
+def save_store(store: dict, path: str = STORE) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(store, fh, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def setting_label(setting: dict) -> str:
+    return ",".join(f"{k}={setting[k]}" for k in sorted(setting))
+
+
+def run(args, store: dict, path: str = STORE) -> None:
+    setting_base = {"interval": args.interval, "lengthscale_prior_scale": args.prior_scale}
+    if args.n_initial is not None:
+        setting_base["n_initial"] = args.n_initial
+    if args.num_restarts is not None:
+        setting_base["num_restarts"] = args.num_restarts
+    if args.raw_samples is not None:
+        setting_base["raw_samples"] = args.raw_samples
+    if args.output == "logit":
+        setting_base["output"] = "logit"
+    tasks = []
+    for name in args.datasets:
+        cells = [(i, r) for i in range(args.instances) for r in range(args.repeats)]
+        for i in range(args.instances):
+            tasks.append(("shap", _key(name, "shap", args.shap_samples, "", i, 0), (name, args.shap_samples, i)))
+        for budget in sorted(set(args.budgets + [args.lime_large])):
+            for i, r in cells:
+                tasks.append(("lime", _key(name, "lime", budget, "", i, r), (name, budget, i, r)))
+        for budget in args.budgets:
+            for acq in args.acquisitions:
+                setting = dict(setting_base, acquisition=acq)
+                for i, r in cells:
+                    key = _key(name, "gp", budget, setting_label(setting), i, r)
+                    tasks.append(("gp", key, (name, budget, i, r, setting)))
+    todo = [t for t in tasks if t[1] not in store["records"]]
+    print(f"{len(tasks)} cells, {len(todo)} to compute (others already stored)", flush=True)
+    fns = {"lime": _lime_one, "gp": _gp_one, "shap": _shap_one}
+    cmd = "PYTHONPATH=$PWD python benchmarks/local_vs_lime.py " + " ".join(sys.argv[1:])
+    if todo and cmd not in store["commands"]:
+        store["commands"].append(cmd)
+    last = time.time()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [(t, pool.submit(fns[t[0]], t[2])) for t in todo]
+        for n, (t, fut) in enumerate(futures, 1):
+            store["records"][t[1]] = fut.result()
+            if time.time() - last > 60 or n == len(futures):
+                save_store(store, path)
+                last = time.time()
+                print(f"  {n}/{len(futures)} done ({t[1]})", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- report
+_ABBREV = {"acquisition=": "", "interval=": "r=", "lengthscale_prior_scale=": "s=", "n_initial=": "n0=", "output=": "",
+    "num_restarts=": "nr=", "raw_samples=": "rs="}
+
+
+def _short(setting: str) -> str:
+    parts = setting.split(",")
+    order = sorted(parts, key=lambda t: (not t.startswith("acquisition="), t))  # acquisition first
+    text = " ".join(order)
+    for long, short in _ABBREV.items():
+        text = text.replace(long, short)
+    return text
+
+def _grid(cells) -> tuple[list[int], list[int]]:
+    """The largest complete instances x repeats grid (repeats 0..R-1, R >= 2) inside ``cells``."""
+    best: tuple[list[int], list[int]] = ([], [])
+    for R in range(2, 1 + max((r for _, r in cells), default=-1) + 1):
+        inst = sorted({i for i, _ in cells if all((i, r) in cells for r in range(R))})
+        if len(inst) * R > len(best[0]) * len(best[1]):
+            best = (inst, list(range(R)))
+    return best
+
+
+HEAD = (
+    f"{'method':<42}{'budget':>6}{'I x R':>8}{'incons':>8}{'LIME@b':>8}{'LIME@5k':>8}{'/LIME@b':>8}"
+    f"{'/5k':>6}{'top5 L5k':>9}{'top5 SHAP':>10}{'LOO R2':>8}{'cpu s':>7}{'wall s':>7}"
+)
+
+
+def _rows(method, budget, setting, cells, inst, reps, lime, shap_ref) -> list[str]:
+    """Report lines for one method on the grid ``inst`` x ``reps`` (LIME on the same cells)."""
+    full = [(i, r) for i in inst for r in reps]
+    if not full or 5000 not in lime or budget not in lime:
+        return []
+    if not all(c in lime[5000] and c in lime[budget] and c in cells for c in full):
+        return []
+
+    def arr(src, field):
+        return np.array([[src[(i, r)][field] for r in reps] for i in inst])
+
+    S_big, S_b = arr(lime[5000], "score"), arr(lime[budget], "score")
+    ref_l = np.abs(S_big).mean(1)
+    ref_s = None
+    if shap_ref is not None and all((i, 0) in shap_ref for i in inst):
+        ref_s = np.array([shap_ref[(i, 0)]["score"] for i in inst])
+    i_big, i_b = inconsistency(S_big), inconsistency(S_b)
+    out = []
+    fields = (("score", "LIME"),) if method == "lime" else (("relevance", "1/l"), ("gradient", "|grad|"))
+    for field, lab in fields:
+        S = arr(cells, field)
+        inc = inconsistency(S)
+        label = "LIME" if method == "lime" else f"GP {lab} {_short(setting)}"
+        t5s = f"{top5(S, ref_s):>10.2f}" if ref_s is not None else f"{'':>10}"
+        loo = f"{np.nanmean([cells[c]['loo'] for c in full]):>8.3f}" if method == "gp" else f"{'':>8}"
+        cpu = np.mean([cells[c]["cpu"] for c in full])
+        wall = np.mean([cells[c]["wall"] for c in full])
+        out.append(
+            f"{label:<42}{budget:>6}{f'{len(inst)}x{len(reps)}':>8}{inc:>8.4f}{i_b:>8.4f}{i_big:>8.4f}"
+            f"{inc / i_b:>8.2f}{inc / i_big:>6.2f}{top5(S, ref_l):>9.2f}{t5s}{loo}{cpu:>7.2f}{wall:>7.2f}"
+        )
+    return out
+
+
+def report(store: dict) -> str:
+    recs = store["records"]
+    by = defaultdict(dict)  # (dataset, method, budget, setting) -> {(i, r): record}
+    for k, v in recs.items():
+        name, method, budget, setting, i, r = k.split("|")
+        by[(name, method, int(budget), setting)][(int(i), int(r))] = v
+    lines = [
+        "LocalGPExplainer vs LIME (benchmarks/local_vs_lime.py; generated from local_vs_lime_scores.json).",
+        "Inconsistency = the paper's metric (per repeat |score| / max |score|; std across repeats; mean over",
+        "features, then instances). Each GP row is compared with LIME on the SAME (instance, repeat) cells",
+        "(I x R = first I test instances x R seeds): 'LIME@b' = LIME at the same budget, 'LIME@5k' = at 5000",
+        "samples; '/LIME@b', '/5k' = GP / LIME. top-5 = overlap of the top-5 features of the mean |score| over",
+        "repeats with LIME@5000 (mean |coef|) and KernelSHAP. 1/l = the paper's ARD relevance",
+        "(result.relevance); |grad| = posterior mean gradient x feature std. LOO R2 = the surrogate's",
+        "leave-one-out R2 (mean over explanations). cpu/wall: seconds per explanation (the machine is shared:",
+        "wall >> cpu when loaded). Setting: r = interval, s = lengthscale_prior_scale, n0 = n_initial,",
+        "nr/rs = num_restarts/raw_samples of the acquisition optimiser (library defaults 2/32 when absent); 'logit':",
+        "the GP explains the logit of the probability (LIME and KernelSHAP the probability).",
+        "",
+        "Commands that produced the stored cells:",
+    ]
+    lines += ["  " + c for c in store["commands"]]
+    if os.path.exists(NOTES):
+        with open(NOTES) as fh:
+            lines += ["", fh.read().rstrip()]
+    for name in sorted({k[0] for k in by}):
+        lime = {k[2]: v for k, v in by.items() if k[0] == name and k[1] == "lime"}
+        shap_runs = {k[2]: v for k, v in by.items() if k[0] == name and k[1] == "shap"}
+        shap_ref = shap_runs[max(shap_runs)] if shap_runs else None
+        lines += ["", f"=== {name}: every setting on all its cells ===", HEAD]
+        for key in sorted(k for k in by if k[0] == name and k[1] in ("gp", "lime")):
+            inst, reps = _grid(by[key])
+            lines += _rows(key[1], key[2], key[3], by[key], inst, reps, lime, shap_ref)
+        for budget in sorted({k[2] for k in by if k[0] == name and k[1] == "gp"}):
+            keys = sorted(k for k in by if k[0] == name and k[1] == "gp" and k[2] == budget)
+            if len(keys) < 2:
+                continue
+            common = set.intersection(*(set(by[k]) for k in keys))
+            inst, reps = _grid(common)
+            lines += ["", f"--- {name}, budget {budget}: the GP settings on their common cells ---", HEAD]
+            lines += _rows("lime", budget, "", lime.get(budget, {}), inst, reps, lime, shap_ref)
+            for key in keys:
+                lines += _rows("gp", budget, key[3], by[key], inst, reps, lime, shap_ref)
+        if shap_runs:
+            lines.append(f"(KernelSHAP nsamples={max(shap_runs)}, background: 10 k-means centres of the training data)")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="3 instances x 4 repeats, budgets 25 and 50")
-    p.add_argument("--datasets", nargs="+", default=["boston", "cancer"])
+    p.add_argument("--datasets", nargs="+", default=["boston", "cancer"], choices=["boston", "cancer"])
     p.add_argument("--instances", type=int, default=20)
-    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--repeats", "--seeds", type=int, default=10, dest="repeats")
     p.add_argument("--budgets", type=int, nargs="+", default=[25, 50, 100])
+    p.add_argument("--acquisitions", nargs="+", default=["variance"])
+    p.add_argument("--interval", type=float, default=2.0)
+    p.add_argument("--prior-scale", type=float, default=0.5, help="lengthscale_prior_scale")
+    p.add_argument("--n-initial", type=int, default=None, help="n_initial (default: the library's)")
+    p.add_argument("--num-restarts", type=int, default=None, help="num_restarts (default: the library's)")
+    p.add_argument("--raw-samples", type=int, default=None, help="raw_samples (default: the library's)")
     p.add_argument(
-        "--acquisitions", nargs="+", default=["lcb", "ei", "pi", "variance", "integrated_variance", "gradient"]
+        "--output",
+        choices=["probability", "logit"],
+        default="probability",
+        help="classification: what the GP explains (LIME and KernelSHAP always explain the probability)",
     )
-    p.add_argument("--interval", type=float, default=1.0)
-    p.add_argument("--q", type=int, default=1)
-    p.add_argument("--prior-scale", type=float, default=None, help="lengthscale_prior_scale (default: the library's)")
-    p.add_argument("--no-shap", action="store_true", help="skip KernelSHAP (top-5 vs SHAP reported as nan)")
     p.add_argument("--lime-large", type=int, default=5000)
     p.add_argument("--shap-samples", type=int, default=2048)
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (one explanation each)")
+    p.add_argument("--report-only", action="store_true")
+    p.add_argument("--store", default=STORE, help="the JSON score store (default: %(default)s)")
+    p.add_argument("--report", default=REPORT, help="the text report (default: %(default)s)")
     args = p.parse_args(argv)
-    if args.quick:
-        args.instances, args.repeats, args.budgets = 3, 4, [25, 50]
-    print("command: python " + " ".join(sys.argv))
-    print(
-        f"instances={args.instances} repeats={args.repeats} budgets={args.budgets} interval={args.interval} q={args.q}"
-        f" prior_scale={args.prior_scale} (None: library default)"
-    )
-    for name in args.datasets:
-        Xtr, Xte, names, model, predict, mode, score = load(name)
-        instances = Xte[: args.instances]
-        print(f"\n=== {name}: D={Xtr.shape[1]}, black box test score {score:.3f} ({type(model).__name__}) ===")
-        big, t_big = lime_scores(Xtr, instances, predict, model, mode, args.lime_large, args.repeats)
-        ref_lime = np.abs(big).mean(1)
-        if args.no_shap:
-            ref_shap = np.full((len(instances), Xtr.shape[1]), np.nan)
-        else:
-            ref_shap = shap_scores(Xtr, instances, predict, args.shap_samples)
-        print(
-            f"LIME@{args.lime_large}: inconsistency {inconsistency(big):.4f}, top-5 vs KernelSHAP "
-            f"{top5(big, ref_shap):.2f}, cpu {t_big:.2f} s/expl"
-        )
-        print(
-            f"{'method':<28}{'budget':>7}{'incons':>9}{'top5 LIME':>10}{'top5 SHAP':>10}{'LOO R2':>8}"
-            f"{'wall s':>8}{'cpu s':>8}"
-        )
-        for budget in args.budgets:
-            small, t_small = lime_scores(Xtr, instances, predict, model, mode, budget, args.repeats)
-            print(
-                f"{'LIME':<28}{budget:>7}{inconsistency(small):>9.4f}{top5(small, ref_lime):>10.2f}"
-                f"{top5(small, ref_shap):>10.2f}{'':>8}{'':>8}{t_small:>8.2f}"
-            )
-            for acq in args.acquisitions:
-                rel, grad, wall, cpu, fid, nwarn = gp_scores(
-                    Xtr, instances, predict, acq, budget, args.repeats, args.interval, args.q, args.prior_scale
-                )
-                for label, sc in ((f"GP {acq} relevance 1/l", rel), (f"GP {acq} |gradient|", grad)):
-                    print(
-                        f"{label:<28}{budget:>7}{inconsistency(sc):>9.4f}{top5(sc, ref_lime):>10.2f}"
-                        f"{top5(sc, ref_shap):>10.2f}{fid:>8.3f}{wall:>8.2f}{cpu:>8.2f}",
-                        flush=True,
-                    )
-                if nwarn:
-                    print(f"    ({nwarn} fit/acquisition warnings in {args.instances * args.repeats} explanations)")
+    store = load_store(args.store)
+    if not args.report_only:
+        run(args, store, args.store)
+        save_store(store, args.store)
+    text = report(store)
+    with open(args.report, "w") as fh:
+        fh.write(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -33,8 +33,16 @@ def from_sklearn_regressor(model: Any) -> Callable[[np.ndarray], np.ndarray]:
     return predict
 
 
-def from_sklearn_classifier(model: Any, class_index: int = 1) -> Callable[[np.ndarray], np.ndarray]:
-    """A black box for a fitted scikit-learn classifier: ``model.predict_proba(X)[:, class_index]``.
+def from_sklearn_classifier(
+    model: Any, class_index: int = 1, output: str = "probability"
+) -> Callable[[np.ndarray], np.ndarray]:
+    r"""A black box for a fitted scikit-learn classifier: ``model.predict_proba(X)[:, class_index]`` or its logit.
+
+    ``output="logit"`` returns :math:`\log p_k - \log(1 - p_k)` (``p_k`` clipped to
+    :math:`[10^{-12}, 1 - 10^{-12}]`). Use it where the probability saturates near the instance (``p`` ≈ 0 or 1
+    in much of the sampling box): the probability is then nearly constant there, a surrogate of it has little
+    to fit, while the logit keeps varying (for a binary logistic regression it is exactly
+    ``decision_function``).
 
     Example:
         >>> import numpy as np
@@ -50,16 +58,23 @@ def from_sklearn_classifier(model: Any, class_index: int = 1) -> Callable[[np.nd
             f"from_sklearn_classifier needs an object with .predict_proba (e.g. SVC(probability=True)), "
             f"got {type(model).__name__}."
         )
+    if output not in ("probability", "logit"):
+        raise ValueError(f"output must be 'probability' or 'logit', got {output!r}.")
     classes = getattr(model, "classes_", None)
     if classes is not None and not 0 <= int(class_index) < len(classes):
         raise ValueError(f"class_index {class_index} is out of range for a classifier with {len(classes)} classes.")
     k = int(class_index)
+    eps = 1e-12
 
     def predict(X: np.ndarray) -> np.ndarray:
         proba = np.asarray(model.predict_proba(X), dtype=np.float64)
         if proba.ndim != 2 or not 0 <= k < proba.shape[1]:
             raise ValueError(f"predict_proba returned shape {proba.shape}; cannot take column {k}.")
-        return proba[:, k]
+        p = proba[:, k]
+        if output == "probability":
+            return p
+        p = np.clip(p, eps, 1.0 - eps)
+        return np.log(p) - np.log1p(-p)
 
     return predict
 

@@ -128,6 +128,11 @@ def test_sklearn_helpers_and_torch_module(data):
     assert ((res.y_samples >= 0) & (res.y_samples <= 1)).all()
     with pytest.raises(ValueError, match="class_index"):
         from_sklearn_classifier(clf, 2)
+    # logit output: for a binary logistic regression it is exactly the decision function
+    np.testing.assert_allclose(from_sklearn_classifier(clf, 1, output="logit")(X), clf.decision_function(X), atol=1e-8)
+    np.testing.assert_allclose(from_sklearn_classifier(clf, 0, output="logit")(X), -clf.decision_function(X), atol=1e-8)
+    with pytest.raises(ValueError, match="output"):
+        from_sklearn_classifier(clf, 1, output="log-odds")
     seen = []
 
     class Net(torch.nn.Module):
