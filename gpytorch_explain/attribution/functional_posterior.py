@@ -196,8 +196,7 @@ class _FunctionalPosterior:
     def _train_inputs(self) -> Tensor:
         model = self.model
         if isinstance(model, ApproximateGP):  # the inducing points stand in for the training inputs
-
-            return variational_inducing_points(model)
+            return variational_inducing_points(model, check_structure=getattr(self, "method", None) != "autograd")
         if model.train_inputs is None or model.train_targets is None:
             raise ModelStateError("Attributions need a model with training data; this one has none.")
         if len(model.train_inputs) != 1:

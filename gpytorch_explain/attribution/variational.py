@@ -191,13 +191,17 @@ def variational_model_parts(model: ApproximateGP) -> tuple[Kernel, Mean | None]:
     return kernel, mean
 
 
-def variational_inducing_points(model: ApproximateGP) -> Tensor:
+def variational_inducing_points(model: ApproximateGP, check_structure: bool = True) -> Tensor:
     r"""The inducing points :math:`\mathbf Z` of a supported ``ApproximateGP``, ``(*batch, u, D)``, detached.
 
     They play the role of an ExactGP's training inputs for input checks (``D``, dtype, device) and for the
     default integrated-gradients baseline (their mean).
+
+    :param check_structure: Check that the model defines its prior through ``covar_module`` (the closed forms need
+        it; the autograd fallback, which differentiates the model's own posterior, does not).
     """
-    variational_model_parts(model)
+    if check_structure:
+        variational_model_parts(model)
     Z = _base_strategy(model).inducing_points
     return Z.detach()
 

@@ -254,3 +254,48 @@ def test_batch_independent_outputs_closed_forms_per_output():
             1e-6,
             f"output {t} covariance",
         )
+
+
+class _SVGPCustomNames(gpytorch.models.ApproximateGP):
+    """An SVGP whose prior modules are not called ``mean_module`` / ``covar_module``: the closed forms cannot see
+    its kernel, the autograd fallback must still work (it needs only the inducing points and the posterior)."""
+
+    def __init__(self, Z):
+        dist = gpytorch.variational.CholeskyVariationalDistribution(Z.size(0))
+        strategy = gpytorch.variational.VariationalStrategy(self, Z, dist, learn_inducing_locations=False)
+        super().__init__(strategy)
+        self.prior_mean = gpytorch.means.ConstantMean()
+        self.prior_kernel = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+
+    def forward(self, x):
+        return gpytorch.distributions.MultivariateNormal(self.prior_mean(x), self.prior_kernel(x))
+
+
+class _SVGPStandardNames(_SVGPCustomNames):
+    def __init__(self, Z):
+        super().__init__(Z)
+        self.mean_module, self.covar_module = self.prior_mean, self.prior_kernel
+
+
+def test_svgp_without_covar_module_uses_fallback_with_default_baseline():
+    g = torch.Generator().manual_seed(3)
+    Z = torch.rand(9, 2, generator=g, dtype=DTYPE) * 2 - 1
+    custom = _SVGPCustomNames(Z).to(DTYPE)
+    custom.prior_kernel.base_kernel.lengthscale = 0.6
+    custom.prior_mean.constant.data.fill_(0.2)
+    with torch.no_grad():
+        custom.variational_strategy._variational_distribution.variational_mean.copy_(
+            torch.randn(9, generator=g, dtype=DTYPE)
+        )
+        custom.variational_strategy.variational_params_initialized.fill_(1)  # keep this mean (no re-initialisation)
+    standard = _SVGPStandardNames(Z).to(DTYPE)
+    standard.load_state_dict(custom.state_dict(), strict=False)
+    custom.eval(), standard.eval()
+    x = torch.rand(3, 2, generator=g, dtype=DTYPE) * 2 - 1
+    with pytest.warns(AutogradFallbackWarning, match="covar_module"):
+        auto = PosteriorIntegratedGradients(custom)  # default baseline: the mean of the inducing points
+    assert auto.method == "autograd"
+    closed = PosteriorIntegratedGradients(standard, method="closed_form")
+    a, c = auto(x), closed(x)
+    _close(a.mean, c.mean, 1e-8, "IG mean")
+    _close(a.covariance_matrix, c.covariance_matrix, 1e-7, "IG covariance")
