@@ -383,8 +383,10 @@ def test_bad_input_errors():
         PosteriorGradient(torch.nn.Linear(2, 1))
 
 
-def test_approximate_gp_without_covar_module_is_a_clear_error():
-    """A variational model whose prior is not `covar_module` cannot be attributed; the error says why."""
+def test_approximate_gp_without_covar_module_takes_the_fallback():
+    """A variational model whose prior is not `covar_module` has no closed forms: the autograd fallback is announced
+    and serves it, with the inducing points' mean as the default baseline (its values are checked against the closed
+    forms in tests/attribution/test_attribution_fallback.py)."""
 
     class SVGP(gpytorch.models.ApproximateGP):
         def __init__(self):
@@ -393,14 +395,15 @@ def test_approximate_gp_without_covar_module_is_a_clear_error():
             strategy = gpytorch.variational.VariationalStrategy(self, inducing, dist)
             super().__init__(strategy)
 
-        def forward(self, x):  # pragma: no cover - never called
+        def forward(self, x):  # pragma: no cover - not called by the constructor
             raise AssertionError
 
-    # the fallback is announced first (it would serve an explicit baseline); the default baseline, the inducing
-    # points' mean, needs the covar_module
+    model = SVGP()
     with pytest.warns(gpytorch_explain.AutogradFallbackWarning, match="no `covar_module` Kernel"):
-        with pytest.raises(NotImplementedError, match="covar_module"):
-            PosteriorIntegratedGradients(SVGP())
+        ig = PosteriorIntegratedGradients(model)
+    assert ig.method == "autograd"
+    inducing = model.variational_strategy.inducing_points.detach()
+    torch.testing.assert_close(ig.functional.baselines.reshape(-1), inducing.mean(0), rtol=0, atol=1e-12)
 
 
 def test_quadrature_error_estimate():
