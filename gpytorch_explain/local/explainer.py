@@ -93,8 +93,11 @@ class LocalGPExplainer:
     :param refit_growth: the hyperparameters are refitted (warm start, L-BFGS-B, at most ``refit_maxiter``
         iterations) on the first design, whenever the sample count has grown by this factor since the last
         refit, and always on the final samples; in between the surrogate is conditioned on the new samples
-        with the previous hyperparameters. ``1.0`` refits at every step (slower). The fit on the final samples
-        runs longer (at most ``final_maxiter`` iterations), so that it converges.
+        with the previous hyperparameters. ``1.0`` refits at every step (slower). Those intermediate refits only
+        steer the acquisition and stop at ``refit_maxiter`` by design (not reported). The fit on the final samples
+        runs longer (``final_maxiter`` iterations, continued once if it stops there; see
+        :func:`~gpytorch_explain.local.surrogate.fit_surrogate`), so that it converges; a fit that does not is
+        reported in ``result.warnings`` with its numbers.
     :param input_type: ``"auto"``, ``"numpy"`` or ``"torch"`` (what ``predict_fn`` receives).
     :param num_threads: torch threads during :meth:`explain` (restored afterwards). The surrogate's matrices
         are tiny (``budget`` rows), where thread start-up dominates: one thread is ~100x faster on a loaded
@@ -294,7 +297,9 @@ class LocalGPExplainer:
             n = len(y_all)
             if state is None or n >= self.budget or n >= self.refit_growth * n_fit:
                 final = n >= self.budget
-                messages += fit_surrogate(model, maxiter=self.final_maxiter if final else self.refit_maxiter)
+                messages += fit_surrogate(
+                    model, maxiter=self.final_maxiter if final else self.refit_maxiter, final=final
+                )
                 n_fit = n
             else:
                 model.eval()
@@ -303,10 +308,11 @@ class LocalGPExplainer:
                 break
             if self.gradient_tol is not None and self._gradient_ok(model, u0, ys, scale):
                 if n_fit != n:  # the rule holds with the old hyperparameters: refit on all samples, check again
-                    messages += fit_surrogate(model, maxiter=self.refit_maxiter)
+                    messages += fit_surrogate(model, maxiter=self.refit_maxiter, final=False)
                     n_fit = n
                     state = model.state_dict()
                 if self._gradient_ok(model, u0, ys, scale):
+                    messages += fit_surrogate(model, maxiter=self.final_maxiter)  # the result's fit, to convergence
                     stopped = True
                     break
             with warnings.catch_warnings(record=True) as caught:

@@ -1,0 +1,85 @@
+"""Which surrogate-fit outcomes reach ``result.warnings``: intermediate refits cut at their limit by design are not
+reported; a final fit that stops at its limit is continued once, kept as it was if the continuation gains at most
+``CONVERGED_IMPROVEMENT`` per sample, and reported with its numbers if it still has not converged."""
+
+import numpy as np
+import pytest
+import torch
+from botorch.optim.core import OptimizationStatus
+
+from gpytorch_explain.local import LocalGPExplainer
+from gpytorch_explain.local import surrogate as S
+
+
+def _model():
+    g = torch.Generator().manual_seed(0)
+    U = torch.rand(15, 3, generator=g, dtype=torch.float64) * 2 - 1
+    y = torch.sin(3 * U[:, 0]) + U[:, 1]
+    return S.make_surrogate(U, (y - y.mean()) / y.std())
+
+
+def _script(monkeypatch, outcomes):
+    """Replace the L-BFGS-B run by scripted (status, fval) outcomes, each shifting the noise so that we can tell
+    which fit's hyperparameters the model ends with."""
+    calls = []
+
+    def fake(model, maxiter):
+        status, fval = outcomes[len(calls)]
+        calls.append(maxiter)
+        with torch.no_grad():
+            model.likelihood.noise_covar.raw_noise.add_(1.0)
+        msgs = [] if status is OptimizationStatus.SUCCESS else [f"surrogate fit (n=15): {status.name}: limit"]
+        return msgs, status, fval
+
+    monkeypatch.setattr(S, "_fit_once", fake)
+    return calls
+
+
+def _raw_noise(model):
+    return model.likelihood.noise_covar.raw_noise.detach().item()
+
+
+def test_intermediate_fit_at_its_limit_is_not_reported(monkeypatch):
+    model = _model()
+    start = _raw_noise(model)
+    calls = _script(monkeypatch, [(OptimizationStatus.STOPPED, 1.0)])
+    assert S.fit_surrogate(model, maxiter=7, final=False) == []
+    assert calls == [7] and _raw_noise(model) == start + 1.0
+
+
+def test_final_fit_converged_in_value_keeps_the_first_fit(monkeypatch):
+    model = _model()
+    start = _raw_noise(model)
+    _script(monkeypatch, [(OptimizationStatus.STOPPED, 1.0), (OptimizationStatus.STOPPED, 1.0 - 0.5e-6)])
+    assert S.fit_surrogate(model, maxiter=5) == []
+    assert _raw_noise(model) == start + 1.0  # the continuation's drift is undone
+
+
+def test_final_fit_that_converges_when_continued_is_kept_silently(monkeypatch):
+    model = _model()
+    start = _raw_noise(model)
+    _script(monkeypatch, [(OptimizationStatus.STOPPED, 1.0), (OptimizationStatus.SUCCESS, 0.9)])
+    assert S.fit_surrogate(model, maxiter=5) == []
+    assert _raw_noise(model) == start + 2.0
+
+
+def test_final_fit_still_improving_is_reported_with_numbers(monkeypatch):
+    model = _model()
+    _script(monkeypatch, [(OptimizationStatus.STOPPED, 1.0), (OptimizationStatus.STOPPED, 0.9)])
+    (msg,) = S.fit_surrogate(model, maxiter=5)
+    assert "did not converge in 10 L-BFGS-B iterations" in msg and "1 -> 0.9" in msg
+
+
+def test_real_fit_with_a_tiny_limit_is_reported_and_a_long_one_is_not():
+    model = _model()
+    assert any("did not converge" in m for m in S.fit_surrogate(model, maxiter=1))
+    assert S.fit_surrogate(_model(), maxiter=1, final=False) == []
+    assert S.fit_surrogate(_model(), maxiter=500) == []
+
+
+@pytest.mark.parametrize("acquisition", ["variance", "lcb"])
+def test_explainer_on_a_smooth_black_box_has_no_fit_warnings(acquisition):
+    data = np.random.RandomState(0).randn(200, 4)
+    f = lambda X: 2.0 * X[:, 0] - np.sin(X[:, 1]) + 0.5 * X[:, 2] ** 2  # noqa: E731
+    result = LocalGPExplainer(f, data, acquisition=acquisition, budget=20, seed=0, raw_samples=16).explain(data[0])
+    assert not [w for w in result.warnings if "surrogate fit" in w], result.warnings
