@@ -30,10 +30,8 @@ from .ski_features import gpytorch_grid_order_matters, grid_features, grid_opera
 __all__ = ["GPXKernel"]
 
 
-
 def _has_product_structure(kernel: Kernel) -> bool:
     return any(isinstance(m, ProductStructureKernel) for m in kernel.modules())
-
 
 
 def inducing_features(kernel: InducingPointKernel, x: Tensor) -> Tensor:
@@ -63,6 +61,27 @@ def inducing_features(kernel: InducingPointKernel, x: Tensor) -> Tensor:
     return out
 
 
+def _different_rows_of_one_buffer(x1: Tensor, x2: Tensor) -> bool:
+    r"""Whether ``x1`` and ``x2`` are views of one tensor at different row (or batch) positions.
+
+    ``ExactGP`` evaluates the kernel lazily on ``full = cat([train_x, test_x])`` and slices it: its test/train block is
+    the kernel at ``(full[n:], full[:n])``, two views of one buffer whose storage offsets differ by a whole number of
+    rows. Those are different samples even when their values are equal (predicting at the training inputs). Same
+    storage, same strides and storage offsets differing by a nonzero multiple of the row stride say so; anything
+    else (copies, equal offsets, tensors without storage such as functorch's batched tensors) is ``False``.
+    """
+    if x1.dim() < 2 or x1.shape != x2.shape:
+        return False
+    try:
+        if x1.untyped_storage().data_ptr() != x2.untyped_storage().data_ptr() or x1.stride() != x2.stride():
+            return False
+        row = x1.stride(-2)
+        shift = x2.storage_offset() - x1.storage_offset()
+    except (RuntimeError, NotImplementedError, TypeError, AttributeError):  # no storage (subclasses, functorch)
+        return False
+    return row != 0 and shift != 0 and shift % row == 0
+
+
 class GPXKernel(Kernel):
     r"""Covariance of :math:`f_i = \mathbf w_i^\top \mathbf z_i` in GPX (Yoshikawa & Iwata).
 
@@ -81,8 +100,9 @@ class GPXKernel(Kernel):
     The weight-noise term is tied to the *sample* index. ``GPXKernel`` follows GPyTorch's ``Kernel``
     contract (``Kernel.__call__`` selects ``active_dims`` and returns a ``LazyEvaluatedKernelTensor``;
     :meth:`forward` returns linear operators), and "same samples" is decided as GPyTorch decides
-    :math:`\mathbf X_1 = \mathbf X_2` (``torch.equal``, same shape and values), unless ``same_samples`` says
-    otherwise:
+    :math:`\mathbf X_1 = \mathbf X_2` (``torch.equal``, same shape and values), except that rows at different
+    positions of one tensor are different samples (this is how ``ExactGP`` slices its joint train/test covariance),
+    unless ``same_samples`` says otherwise:
 
     .. math::
 
@@ -98,14 +118,22 @@ class GPXKernel(Kernel):
     :math:`\sigma_w^2\|\mathbf z_i\|^2`; ``kernel(X1, X2, same_samples=False)`` is the cross-covariance between
     two sets of samples even when they are equal (e.g. predictions at the training inputs). In an ``ExactGP``,
     ``GPyTorch`` slices the lazy joint train+test covariance before evaluating it, so its test/train block is the
-    kernel at ``(X_test, X_train)``; :class:`~gpytorch_explain.GPXPredictionStrategy` (returned by
-    :meth:`prediction_strategy`, to which ``ScaleKernel`` and ``AdditiveStructureKernel`` delegate) removes the
-    sample diagonal from that block when the two are equal. Slices of the lazy ``kernel(X)`` are the kernel at the
-    sliced inputs (GPyTorch's ``LazyEvaluatedKernelTensor``): a block whose rows and columns select different
-    inputs has no :math:`\sigma_w^2`; ``kernel(X).evaluate_kernel()`` is the joint operator, sliced by sample
-    index. Inside ``AdditiveKernel``/``ProductKernel`` the top kernel chooses GPyTorch's default prediction
-    strategy, which does not know the sample diagonal: predicting there at inputs equal to the training inputs
-    needs ``gpytorch.settings.lazily_evaluate_kernels(False)`` (the joint is then sliced by index).
+    kernel at ``(full[n:], full[:n])`` with ``full = cat([X_train, X_test])``: two views of one tensor at different
+    row positions, hence a cross-covariance without :math:`\sigma_w^2` even when ``X_test`` equals ``X_train``,
+    while the test/test block (``full[n:]`` twice) is joint. This holds for a GPX kernel anywhere in the model's
+    kernel: at the top, under ``ScaleKernel``, or inside ``AdditiveKernel``/``ProductKernel`` (where GPyTorch's
+    default prediction strategy is used). Likewise, slices of the lazy ``kernel(X)`` are the kernel at the sliced
+    inputs (GPyTorch's ``LazyEvaluatedKernelTensor``): a block whose rows and columns select different inputs has
+    no :math:`\sigma_w^2`; ``kernel(X).evaluate_kernel()`` is the joint operator, sliced by sample index.
+    :class:`~gpytorch_explain.GPXPredictionStrategy` (returned by :meth:`prediction_strategy`, to which
+    ``ScaleKernel`` and ``AdditiveStructureKernel`` delegate) also removes a sample diagonal from the test/train
+    block if one is there. One case remains: inside ``AdditiveKernel``/``ProductKernel``, a GPX kernel that has its
+    own ``active_dims``, or sits under a kernel with ``active_dims`` below the composite (e.g.
+    ``ScaleKernel(GPXKernel(...), active_dims=...)`` as a summand), receives ``index_select`` copies of the test and
+    training rows, which no longer tell the rows apart. Predicting there at inputs equal to the training inputs
+    needs ``gpytorch.settings.lazily_evaluate_kernels(False)`` (the joint is then sliced by sample index), or the
+    column selection moved off that path, so that the GPX kernel itself has no ``active_dims`` (it reads its
+    columns through ``x_dims``/``z_dims``; the other summands or factors take ``active_dims``).
 
     Inputs carry both representations: each row is :math:`[\mathbf x_i \,|\, \mathbf z_i]`
     (``x_dims`` columns of :math:`\mathbf x` followed by ``z_dims`` columns of :math:`\mathbf z`).
@@ -252,7 +280,10 @@ class GPXKernel(Kernel):
         :param same_samples: Whether row :math:`i` of ``x1`` and row :math:`i` of ``x2`` are the same sample, so
             that :math:`\sigma_w^2\|\mathbf z_i\|^2` is added at :math:`(i, i)`. ``None`` (default): when
             ``x1`` and ``x2`` are equal (same shape and values, ``torch.equal``), GPyTorch's convention
-            (``Kernel.covar_dist``'s ``x1_eq_x2``). ``False``: a cross-covariance between two sets of samples,
+            (``Kernel.covar_dist``'s ``x1_eq_x2``), except that rows at different positions of one tensor are
+            different samples (same storage and strides, storage offsets a nonzero number of rows apart, e.g.
+            ``x1 = full[n:]``, ``x2 = full[:n]``): this is how ``ExactGP`` slices its joint train/test covariance.
+            ``False``: a cross-covariance between two sets of samples,
             whatever their values. ``True``: the joint covariance (``x1`` and ``x2`` must then be equal).
             Through ``Kernel.__call__`` it is a keyword: ``kernel(x, x, same_samples=False)``.
         :return: A ``LinearOperator`` (the diagonal as a ``Tensor`` when ``diag=True``).
@@ -292,9 +323,10 @@ class GPXKernel(Kernel):
 
     @staticmethod
     def _same_samples(x1: Tensor, x2: Tensor, same_samples: bool | None) -> bool:
-        """Resolve ``same_samples`` (see :meth:`forward`): ``None`` is value equality."""
+        """Resolve ``same_samples`` (see :meth:`forward`): ``None`` is value equality, except that rows at different
+        positions of one tensor are different samples (:func:`_different_rows_of_one_buffer`)."""
         if same_samples is None:
-            return x1.shape == x2.shape and torch.equal(x1, x2)
+            return x1.shape == x2.shape and torch.equal(x1, x2) and not _different_rows_of_one_buffer(x1, x2)
         if not isinstance(same_samples, bool):
             raise TypeError(f"same_samples must be None, True or False, got {same_samples!r}.")
         if same_samples and not (x1.shape == x2.shape and torch.equal(x1, x2)):

@@ -154,12 +154,13 @@ class GPXPredictionStrategy(DefaultPredictionStrategy):
         r"""GPyTorch's exact prediction, with the test/train block as a cross-covariance.
 
         ``ExactGP`` slices the lazily evaluated joint train+test covariance before evaluating it, so the test/train
-        block is the kernel at ``(X_test, X_train)``. When those are equal (predicting at the training inputs), a
-        GPX kernel sees equal inputs and returns the joint covariance with the sample diagonal
-        :math:`\sigma_w^2\|\mathbf z_i\|^2` (and, for an SGPR base in eval mode, its diagonal correction); but test
-        and training points are different samples, whose weight noises are independent, so that diagonal is
-        removed here (also inside wrappers that delegate to this strategy, e.g. ``ScaleKernel``). The test/test block
-        keeps it.
+        block is the kernel at ``(full[n:], full[:n])``, two views of one tensor at different row positions: a GPX
+        kernel reads them as different samples even when the test inputs equal the training inputs, and the block
+        arrives here as a cross-covariance (nothing to remove). Should it still carry a sample diagonal
+        :math:`\sigma_w^2\|\mathbf z_i\|^2` (and, for an SGPR base in eval mode, its diagonal correction), e.g.
+        from inputs that no longer share one tensor, it is removed here (also inside wrappers that delegate to this
+        strategy, e.g. ``ScaleKernel``): test and training points are different samples, whose weight noises are
+        independent. The test/test block keeps it.
         """
         if isinstance(test_train_covar, LazyEvaluatedKernelTensor):  # (an AddedDiag's evaluate_kernel re-adds)
             test_train_covar = test_train_covar.evaluate_kernel()

@@ -13,7 +13,14 @@ import re
 import pytest
 import torch
 from gpytorch import settings as gsettings
-from gpytorch.kernels import GridInterpolationKernel, InducingPointKernel, Kernel, RBFKernel, ScaleKernel
+from gpytorch.kernels import (
+    AdditiveKernel,
+    GridInterpolationKernel,
+    InducingPointKernel,
+    Kernel,
+    RBFKernel,
+    ScaleKernel,
+)
 from gpytorch.likelihoods import GaussianLikelihood
 
 from gpytorch_explain import GPXKernel, settings
@@ -56,6 +63,7 @@ def _make(base_kind: str, z_mode: str, active: bool = False):
         def dense_k(x1, x2):
             with gsettings.lazily_evaluate_kernels(False):
                 return base(x1, x2).to_dense()
+
     extra = 1 if active else 0  # one leading column the kernel must not see
     width = D + (d if z_mode == "z" else 0)
     active_dims = list(range(extra, extra + width)) if active else None
@@ -112,6 +120,63 @@ def test_joint_and_cross_match_brute_force(base_kind, z_mode, active, grid_featu
         op = kernel(X).evaluate_kernel()
         torch.testing.assert_close(op[4:, :4].to_dense(), cross[4:, :4], **tol)
         torch.testing.assert_close(op[4:, 4:].to_dense(), joint[4:, 4:], **tol)
+
+
+@pytest.mark.parametrize("base_kind,z_mode,active", CASES)
+def test_rows_of_one_tensor_at_different_positions_are_different_samples(base_kind, z_mode, active):
+    """``same_samples=None`` refined: two views of one tensor whose rows (or batch entries) sit at different positions
+    are different samples even when equal, as ``ExactGP``'s test/train slice ``(full[n:], full[:n])`` of its joint
+    train+test covariance; the same rows twice, copies, column blocks and expanded (stride-0) copies keep value
+    equality. With the kernel's own ``active_dims``, ``Kernel.__call__`` hands ``forward`` ``index_select`` copies:
+    direct calls on views are then joint, while slices of the lazy ``kernel(buf)`` (selected once) still are not."""
+    n = 6
+    kernel, dense_k, extra = _make(base_kind, z_mode, active)
+    X, x, z = _inputs(n, z_mode, extra, 5)
+    tol = TOL if base_kind != "kissgp" else {"rtol": 1e-6, "atol": 1e-6}
+    cross = dense_k(x, x) * (z @ z.T)
+    joint = cross + torch.diag(WEIGHT_NOISE * z.pow(2).sum(-1))
+    buf = torch.cat([X, X])  # the training rows, then equal "test" rows
+    with gsettings.sgpr_diagonal_correction(False):
+        lazy = kernel(buf)
+        torch.testing.assert_close(lazy[n:, :n].to_dense(), cross, **tol)
+        torch.testing.assert_close(lazy[:n, n:].to_dense(), cross, **tol)
+        torch.testing.assert_close(lazy[n:, n:].to_dense(), joint, **tol)
+        torch.testing.assert_close(lazy[:n, :n].to_dense(), joint, **tol)
+        for a, b in ((buf[:n], buf[:n]), (buf[n:], buf[n:]), (X, X), (X, X.clone())):
+            torch.testing.assert_close(kernel(a, b).to_dense(), joint, **tol)
+            torch.testing.assert_close(kernel(a, b, diag=True), joint.diagonal(), **tol)
+        expanded = X.unsqueeze(0).expand(2, *X.shape)  # stride 0: one set of rows, seen twice
+        torch.testing.assert_close(kernel(expanded[0], expanded[1]).to_dense(), joint, **tol)
+        width = X.size(-1)
+        columns = torch.cat([X, X], dim=-1)  # offsets one column block apart, not a whole number of rows
+        torch.testing.assert_close(kernel(columns[:, :width], columns[:, width:]).to_dense(), joint, **tol)
+        stacked = torch.stack([X, X])  # batch entries of one tensor
+        rows_apart = ((buf[:n], buf[n:]), (buf[n:], buf[:n]), (stacked[0], stacked[1]))
+        for a, b in rows_apart:
+            got = kernel(a, b)
+            torch.testing.assert_close(got.to_dense(), joint if active else cross, **tol)
+            torch.testing.assert_close(kernel(a, b, diag=True), (joint if active else cross).diagonal(), **tol)
+        if not active:  # inside a composite, the GPX kernel sees the composite's row views (ExactGP's case)
+            lazy_sum = AdditiveKernel(kernel)(buf)
+            torch.testing.assert_close(lazy_sum[n:, :n].to_dense(), cross, **tol)
+            torch.testing.assert_close(lazy_sum[n:, n:].to_dense(), joint, **tol)
+
+
+def test_rows_apart_without_storage_fall_back_to_value_equality():
+    """Tensors without a storage (functorch's batched tensors under ``vmap``) cannot be told apart by layout: the
+    helper says "not rows apart", and value equality decides."""
+    seen = []
+
+    def probe(a, b):
+        seen.append(gpx_kernel_module._different_rows_of_one_buffer(a, b))
+        return a.sum()
+
+    buf = torch.randn(2, 8, 3, dtype=DT, generator=generator(6))
+    torch.func.vmap(probe)(buf[:, :4], buf[:, 4:])
+    assert seen == [False]
+    assert gpx_kernel_module._different_rows_of_one_buffer(buf[0, :4], buf[0, 4:])
+    assert not gpx_kernel_module._different_rows_of_one_buffer(buf[0, :4], buf[0, :4])
+    assert not gpx_kernel_module._different_rows_of_one_buffer(buf[0, :4], buf[0, :4].clone())
 
 
 def test_sgpr_diagonal_correction_belongs_to_same_samples():
