@@ -133,7 +133,9 @@ class GPXKernel(Kernel):
     training rows, which no longer tell the rows apart. Predicting there at inputs equal to the training inputs
     needs ``gpytorch.settings.lazily_evaluate_kernels(False)`` (the joint is then sliced by sample index), or the
     column selection moved off that path, so that the GPX kernel itself has no ``active_dims`` (it reads its
-    columns through ``x_dims``/``z_dims``; the other summands or factors take ``active_dims``).
+    columns through ``x_dims``/``z_dims``; the other summands or factors take ``active_dims``). A GPX kernel with
+    its own ``active_dims`` that receives equal inputs as two copies warns once (already while training such a
+    composite); under a wrapper with ``active_dims`` it cannot know and does not.
 
     Inputs carry both representations: each row is :math:`[\mathbf x_i \,|\, \mathbf z_i]`
     (``x_dims`` columns of :math:`\mathbf x` followed by ``z_dims`` columns of :math:`\mathbf z`).
@@ -291,6 +293,8 @@ class GPXKernel(Kernel):
         if last_dim_is_batch:
             raise NotImplementedError("GPXKernel does not support last_dim_is_batch.")
         same = self._same_samples(x1, x2, same_samples)
+        if same and same_samples is None and not diag and self.active_dims is not None:
+            self._warn_if_copied(x1, x2)
         xx1, z1 = self.split_inputs(x1)
         xx2, z2 = (xx1, z1) if same else self.split_inputs(x2)
         if isinstance(self.base_kernel, InducingPointKernel):
@@ -337,6 +341,35 @@ class GPXKernel(Kernel):
                 + ". Use same_samples=False for a cross-covariance."
             )
         return same_samples
+
+    def _warn_if_copied(self, x1: Tensor, x2: Tensor) -> None:
+        """Warn once when equal inputs arrive in two buffers while this kernel selects its own ``active_dims``.
+
+        ``Kernel.__call__`` applies ``active_dims`` with ``index_select`` (a copy of each input), so the row positions
+        that tell a cross-covariance between two equal sets of samples from the joint one are gone; inside an
+        ``AdditiveKernel``/``ProductKernel`` this is what the test/train block of a prediction at the training
+        inputs looks like (and also the joint block during training).
+        """
+        if getattr(self, "_warned_copies", False):
+            return
+        try:
+            shared = x1.untyped_storage().data_ptr() == x2.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError, TypeError, AttributeError):  # no storage: nothing to tell
+            return
+        if shared:
+            return
+        self._warned_copies = True
+        warnings.warn(
+            f"GPXKernel with active_dims {self.active_dims.tolist()} got two equal inputs as separate copies "
+            "(Kernel.__call__'s index_select), so it cannot tell one set of samples (the joint covariance, with "
+            "sigma_w^2 ||z_i||^2 on the diagonal: assumed) from two equal sets of samples. Inside an AdditiveKernel "
+            "or ProductKernel, ExactGP predictions at inputs equal to the training inputs would then wrongly carry "
+            "that diagonal in the test/train block: predict there under "
+            "gpytorch.settings.lazily_evaluate_kernels(False), or select the columns on the composite kernel "
+            "instead of on the GPXKernel. Pass same_samples=True or False to the kernel call to silence this.",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def prediction_strategy(self, train_inputs, train_prior_dist, train_labels, likelihood):
         r"""GPyTorch's hook for ``ExactGP`` predictions: :class:`~gpytorch_explain.GPXPredictionStrategy`, which

@@ -9,6 +9,7 @@ K_{UU}^{-1}\\mathbf K_{UX}` for an SGPR base) or, for KISS-GP, GPyTorch's own in
 
 import inspect
 import re
+import warnings
 
 import pytest
 import torch
@@ -212,3 +213,35 @@ def test_no_call_override_and_no_identity_test():
     code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())  # comments may mention it
     assert not re.search(r"\bx2\s+is\s+x1\b|\bx1\s+is\s+x2\b|is None or x2 is", code)
     assert "same_samples" in inspect.signature(GPXKernel.forward).parameters
+
+
+def _warned(fn) -> int:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn()
+    return sum("got two equal inputs as separate copies" in str(w.message) for w in caught)
+
+
+def test_own_active_dims_and_copied_equal_inputs_warn_once():
+    """A GPX kernel with its own ``active_dims`` gets ``index_select`` copies from ``Kernel.__call__``: equal copies
+    cannot be told apart (joint or two equal sets), so it warns once; calls that keep one buffer, explicit
+    ``same_samples`` and ``diag=True`` do not warn."""
+    X = torch.randn(7, 3, dtype=DT, generator=generator(3))
+    fresh = lambda: GPXKernel(RBFKernel(), x_dims=2, active_dims=[0, 2]).to(DT)  # noqa: E731
+    k = fresh()
+    assert _warned(lambda: k(X).to_dense()) == 0
+    assert _warned(lambda: k(X, X.clone(), same_samples=True).to_dense()) == 0
+    assert _warned(lambda: k(X, X.clone(), same_samples=False).to_dense()) == 0
+    assert _warned(lambda: k(X, X.clone(), diag=True)) == 0
+    assert _warned(lambda: k(X, X.clone() + 1.0).to_dense()) == 0  # different values: a cross-covariance
+    # lazily (the default) a direct call selects the columns once, on the lazy tensor: no copies reach forward
+    assert _warned(lambda: k(X, X.clone()).to_dense()) == 0
+    with gsettings.lazily_evaluate_kernels(False):
+        assert _warned(lambda: k(X, X.clone()).to_dense()) == 1
+        assert _warned(lambda: k(X, X.clone()).to_dense()) == 0  # once per kernel
+    # the composite case it is there for: the joint block during training already warns
+    composite = fresh() + ScaleKernel(RBFKernel(active_dims=[1])).to(DT)
+    assert _warned(lambda: composite(X).to_dense()) == 1
+    # no own active_dims: rows of one buffer tell the blocks apart, nothing to warn about
+    plain = GPXKernel(RBFKernel(), x_dims=3).to(DT) + ScaleKernel(RBFKernel()).to(DT)
+    assert _warned(lambda: plain(X).to_dense()) == 0
