@@ -229,8 +229,15 @@ def run(args, store: dict, path: str = STORE) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- report
-_ABBREV = {"acquisition=": "", "interval=": "r=", "lengthscale_prior_scale=": "s=", "n_initial=": "n0=", "output=": "",
-    "num_restarts=": "nr=", "raw_samples=": "rs="}
+_ABBREV = {
+    "acquisition=": "",
+    "interval=": "r=",
+    "lengthscale_prior_scale=": "s=",
+    "n_initial=": "n0=",
+    "output=": "",
+    "num_restarts=": "nr=",
+    "raw_samples=": "rs=",
+}
 
 
 def _short(setting: str) -> str:
@@ -240,6 +247,7 @@ def _short(setting: str) -> str:
     for long, short in _ABBREV.items():
         text = text.replace(long, short)
     return text
+
 
 def _grid(cells) -> tuple[list[int], list[int]]:
     """The largest complete instances x repeats grid (repeats 0..R-1, R >= 2) inside ``cells``."""

@@ -42,9 +42,23 @@ PAPER = {
     "faithfulness": _parse(_T2, _T2_COLS),
     "stability": _parse(_T3, _T3_COLS),
     "time": {
-        "Training": {"GPX": 5.74, "GPR+LIME": 5.53, "GPR+SHAP": 5.76, "KL": 6.57, "Localized": 105.84,
-                     "Network": 106.16, "ARD": 6.18},
-        "Prediction": {"GPX": 24.57, "GPR+LIME": 155.54, "GPR+SHAP": 2643.06, "KL": 156.19, "Localized": 1.59,
-                       "Network": 1.61, "ARD": 0.27},
+        "Training": {
+            "GPX": 5.74,
+            "GPR+LIME": 5.53,
+            "GPR+SHAP": 5.76,
+            "KL": 6.57,
+            "Localized": 105.84,
+            "Network": 106.16,
+            "ARD": 6.18,
+        },
+        "Prediction": {
+            "GPX": 24.57,
+            "GPR+LIME": 155.54,
+            "GPR+SHAP": 2643.06,
+            "KL": 156.19,
+            "Localized": 1.59,
+            "Network": 1.61,
+            "ARD": 0.27,
+        },
     },
 }

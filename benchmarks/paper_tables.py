@@ -105,8 +105,10 @@ def load(name: str) -> tuple[np.ndarray, np.ndarray]:
         a = np.array([[float(v) for v in r] for r in rows])
         return a[:, :-1], a[:, -1]
     if name == "wine":
-        parts = [np.array([[float(v) for v in r] for r in _csv(f)[1]]) for f in
-                 ("wine_quality_red.csv", "wine_quality_white.csv")]
+        parts = [
+            np.array([[float(v) for v in r] for r in _csv(f)[1]])
+            for f in ("wine_quality_red.csv", "wine_quality_white.csv")
+        ]
         a = np.concatenate(parts, 0)
         return a[:, :-1], a[:, -1]
     raise ValueError(f"unknown dataset {name!r}; choose from {DATASETS}")
@@ -125,7 +127,8 @@ class GPR(gpytorch.models.ExactGP):
         super().__init__(x, y, gpytorch.likelihoods.GaussianLikelihood())
         self.mean_module = gpytorch.means.ZeroMean()
         self.covar_module = gpytorch.kernels.ScaleKernel(
-            gpytorch.kernels.RBFKernel(ard_num_dims=x.size(-1) if ard else None))
+            gpytorch.kernels.RBFKernel(ard_num_dims=x.size(-1) if ard else None)
+        )
 
     def forward(self, x):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
@@ -138,8 +141,10 @@ def fit_gpr(x: torch.Tensor, y: torch.Tensor, ard: bool, max_iter: int, noise_fl
     except linear_operator.utils.errors.NotPSDError:
         if noise_floor >= 1e-2:
             raise
-        log(f"  {'ARD' if ard else 'GPR'} fit: covariance not PD with noise floor {noise_floor:g}; "
-            f"refitting with {noise_floor * 100:g}")
+        log(
+            f"  {'ARD' if ard else 'GPR'} fit: covariance not PD with noise floor {noise_floor:g}; "
+            f"refitting with {noise_floor * 100:g}"
+        )
         return fit_gpr(x, y, ard, max_iter, noise_floor * 100)
 
 
@@ -154,8 +159,14 @@ def _fit_gpr(x: torch.Tensor, y: torch.Tensor, ard: bool, max_iter: int, noise_f
     model.covar_module.base_kernel.lengthscale = ls * torch.ones_like(model.covar_module.base_kernel.lengthscale)
     model.train()
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
-    opt = torch.optim.LBFGS(model.parameters(), lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe",
-                            tolerance_change=1e-9, tolerance_grad=1e-6)
+    opt = torch.optim.LBFGS(
+        model.parameters(),
+        lr=1.0,
+        max_iter=max_iter,
+        line_search_fn="strong_wolfe",
+        tolerance_change=1e-9,
+        tolerance_grad=1e-6,
+    )
 
     def closure():
         opt.zero_grad()
@@ -243,8 +254,10 @@ def run_split(ds: str, x: np.ndarray, y: np.ndarray, seed: int, args) -> dict:
     gpx_pred = posterior_mean(gpx)
     res["mse"]["GPX"] = float(np.mean((gpx_pred(txte).numpy() - yte) ** 2))
     evaluate("GPX", gpx_out, txte, gpx_pred, m, res["metrics"], "GPX")
-    log(f"  GPX mse {res['mse']['GPX']:.3f} faith {res['metrics']['GPX']['faithfulness']:.3f} "
-        f"stab {res['metrics']['GPX']['stability']:.3f} ({res['time']['GPX/train']:.0f}s)")
+    log(
+        f"  GPX mse {res['mse']['GPX']:.3f} faith {res['metrics']['GPX']['faithfulness']:.3f} "
+        f"stab {res['metrics']['GPX']['stability']:.3f} ({res['time']['GPX/train']:.0f}s)"
+    )
 
     if ds == "digits" and seed == 0:
         digit_maps(gpx, txte, yte)
@@ -270,8 +283,10 @@ def run_split(ds: str, x: np.ndarray, y: np.ndarray, seed: int, args) -> dict:
         kshap = KernelShapExplainer(np_pred, bg, nsamples=args.shap_samples, seed=seed)
         shap_out = timed("GPR+SHAP/explain", lambda: kshap.explain(xs.numpy()))
         evaluate("GPR+SHAP", shap_out, xs, gpr_pred, m, res["metrics"], "GPR+SHAP")
-        log(f"  GPR mse {res['mse']['GPR']:.3f}; LIME faith {res['metrics']['GPR+LIME']['faithfulness']:.3f}, "
-            f"SHAP faith {res['metrics']['GPR+SHAP']['faithfulness']:.3f} on {len(sub_eval)} samples")
+        log(
+            f"  GPR mse {res['mse']['GPR']:.3f}; LIME faith {res['metrics']['GPR+LIME']['faithfulness']:.3f}, "
+            f"SHAP faith {res['metrics']['GPR+SHAP']['faithfulness']:.3f} on {len(sub_eval)} samples"
+        )
 
     # --- ARD and KL
     ard = timed("ARD/train", lambda: refit_on_all(fit_gpr(txtr[sub], tytr[sub], True, args.gp_iter), txtr, tytr))
@@ -292,16 +307,21 @@ def run_split(ds: str, x: np.ndarray, y: np.ndarray, seed: int, args) -> dict:
     if not args.skip_lasso:
         lsub = rng.permutation(n_tr)[: args.lasso_max]
         for key, lam2 in (("Localized", 0.1), ("Network", 0.0)):
-            ll = timed(f"{key}/train", lambda lam2=lam2: LocalizedLasso(
-                lam1=1.0, lam2=lam2, k=10, max_iter=args.lasso_iter, cg_maxiter=300, cg_tol=1e-6
-            ).fit(xtr[lsub], ytr[lsub]))
+            ll = timed(
+                f"{key}/train",
+                lambda lam2=lam2: LocalizedLasso(
+                    lam1=1.0, lam2=lam2, k=10, max_iter=args.lasso_iter, cg_maxiter=300, cg_tol=1e-6
+                ).fit(xtr[lsub], ytr[lsub]),
+            )
             w = timed(f"{key}/explain", lambda ll=ll: ll.test_weights(xte))
             res["mse"][key] = float(np.mean((ll.predict(xte) - yte) ** 2))
             from gpytorch_explain.explainers import ExplainerOutput
 
             evaluate(key, ExplainerOutput(w * xte, None, w), xte, ll.predict, m, res["metrics"], key)
-        log(f"  Localized mse {res['mse']['Localized']:.3f} faith "
-            f"{res['metrics']['Localized']['faithfulness']:.3f} ({res['time']['Localized/train']:.0f}s)")
+        log(
+            f"  Localized mse {res['mse']['Localized']:.3f} faith "
+            f"{res['metrics']['Localized']['faithfulness']:.3f} ({res['time']['Localized/train']:.0f}s)"
+        )
     res["n_train"], res["m_test"], res["n_eval_agnostic"] = n_tr, m, int(len(sub_eval))
     res["seed"], res["fit_rows"], res["gp_iter"] = seed, int(min(args.fit_max, n_tr)), args.gp_iter
     res["gpr_fit_rows"] = int(min(gpr_fit_max, n_tr))
@@ -319,8 +339,9 @@ def digit_maps(gpx, txte, yte) -> None:
 
     idx = np.concatenate([np.flatnonzero(yte < 0)[:3], np.flatnonzero(yte > 0)[:3]])
     expl = gpx.explain(txte[idx])
-    fig = plot_weight_maps(expl.weights_mean, std=expl.weights_std, images=txte[idx],
-                           titles=[f"y = {int(v):+d}" for v in yte[idx]])
+    fig = plot_weight_maps(
+        expl.weights_mean, std=expl.weights_std, images=txte[idx], titles=[f"y = {int(v):+d}" for v in yte[idx]]
+    )
     fig.suptitle("GPX on Digits: input (standardised), E[w], ±1 posterior std of w")
     fig.savefig(RESULTS / "gpx_digits_weight_maps.png", dpi=60)
     plt.close(fig)
@@ -341,41 +362,65 @@ def ms(values) -> str:
 
 
 def _row_label(runs: list, args) -> str:
-    """"k splits", plus the GP fitting rows where they differ from the header's ``--fit-max``."""
+    """ "k splits", plus the GP fitting rows where they differ from the header's ``--fit-max``."""
     lab = f"{len(runs)} splits"
-    fits = sorted({(r.get("fit_rows"), r.get("gpr_fit_rows", r.get("fit_rows")), r.get("n_train"), r.get("gp_iter"))
-                   for r in runs}, key=str)
+    fits = sorted(
+        {
+            (r.get("fit_rows"), r.get("gpr_fit_rows", r.get("fit_rows")), r.get("n_train"), r.get("gp_iter"))
+            for r in runs
+        },
+        key=str,
+    )
     for rows, grows, n_tr, it in fits:
         if rows is not None and (rows != min(args.fit_max, n_tr) or grows != rows or it != args.gp_iter):
-            lab += (f"; GPX fitted on {'all ' if rows == n_tr else ''}{rows} of {n_tr} rows, GPR/ARD on "
-                    f"{'all ' if grows == n_tr else ''}{grows} rows with {it} L-BFGS its")
+            lab += (
+                f"; GPX fitted on {'all ' if rows == n_tr else ''}{rows} of {n_tr} rows, GPR/ARD on "
+                f"{'all ' if grows == n_tr else ''}{grows} rows with {it} L-BFGS its"
+            )
     return lab
 
 
 def write_markdown(all_res: dict, args, path: Path) -> str:
-    L = ["# GPX paper, Tables 1-4 and Figure 2: ours beside the paper's", "",
-         f"Generated by `benchmarks/paper_tables.py {' '.join(sys.argv[1:])}` "
-         f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). Each cell: **ours** mean ± std over the "
-         "splits run (std ddof = 1) / *paper*. ± is ±1 std over splits.", "",
-         "Settings: splits per dataset as in each row (`benchmarks/run_paper_tables.sh` lists the invocations); "
-         f"GP hyperparameters fitted on ≤ {args.fit_max} training rows, then "
-         f"conditioned on all; `gpytorch.settings.max_cholesky_size({CHOL})` (default 800) so all GP solves are "
-         f"Cholesky; LIME/SHAP on ≤ {args.explain_max} test samples per split (LIME {args.lime_samples} samples, "
-         f"SHAP nsamples = {args.shap_samples}, 10-means background); localized/network lasso with fixed "
-         f"λ1 = 1, λ2 = 0.1 / 0, k = 10 (no grid search) on ≤ {args.lasso_max} training rows, "
-         f"{args.lasso_iter} IRLS steps.", ""]
+    L = [
+        "# GPX paper, Tables 1-4 and Figure 2: ours beside the paper's",
+        "",
+        f"Generated by `benchmarks/paper_tables.py {' '.join(sys.argv[1:])}` "
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). Each cell: **ours** mean ± std over the "
+        "splits run (std ddof = 1) / *paper*. ± is ±1 std over splits.",
+        "",
+        "Settings: splits per dataset as in each row (`benchmarks/run_paper_tables.sh` lists the invocations); "
+        f"GP hyperparameters fitted on ≤ {args.fit_max} training rows, then "
+        f"conditioned on all; `gpytorch.settings.max_cholesky_size({CHOL})` (default 800) so all GP solves are "
+        f"Cholesky; LIME/SHAP on ≤ {args.explain_max} test samples per split (LIME {args.lime_samples} samples, "
+        f"SHAP nsamples = {args.shap_samples}, 10-means background); localized/network lasso with fixed "
+        f"λ1 = 1, λ2 = 0.1 / 0, k = 10 (no grid search) on ≤ {args.lasso_max} training rows, "
+        f"{args.lasso_iter} IRLS steps.",
+        "",
+    ]
     tables = [
         ("Table 1: test MSE (lower is better)", "mse", ["GPX", "Localized", "Network", "ARD", "Lasso", "Ridge", "GPR"]),
-        ("Table 2: faithfulness (higher is better)", "faithfulness",
-         ["GPX", "GPR+LIME", "GPR+SHAP", "KL", "Localized", "Network", "ARD"]),
-        ("Table 3: stability, eq. (19), ε = 0.05 as the paper (lower is better)", "stability",
-         ["GPX", "GPR+LIME", "GPR+SHAP", "KL", "Localized", "Network"]),
-        (f"Table 3b: stability with ε = {EPS2} (ours only; paper column repeats its ε = 0.05 values)",
-         "stability_eps2", ["GPX", "GPR+LIME", "GPR+SHAP", "KL", "Localized", "Network"]),
-        ("Table 3c: stability, ε = 0.05, weights standardised by one std over all entries "
-         "(`stability(..., standardise=\"global\")`; the paper's \"standardized weights\" fits both; only splits "
-         "run after this column was added have it, n/a otherwise)",
-         "stability_global", ["GPX", "GPR+LIME", "GPR+SHAP", "KL", "Localized", "Network"]),
+        (
+            "Table 2: faithfulness (higher is better)",
+            "faithfulness",
+            ["GPX", "GPR+LIME", "GPR+SHAP", "KL", "Localized", "Network", "ARD"],
+        ),
+        (
+            "Table 3: stability, eq. (19), ε = 0.05 as the paper (lower is better)",
+            "stability",
+            ["GPX", "GPR+LIME", "GPR+SHAP", "KL", "Localized", "Network"],
+        ),
+        (
+            f"Table 3b: stability with ε = {EPS2} (ours only; paper column repeats its ε = 0.05 values)",
+            "stability_eps2",
+            ["GPX", "GPR+LIME", "GPR+SHAP", "KL", "Localized", "Network"],
+        ),
+        (
+            "Table 3c: stability, ε = 0.05, weights standardised by one std over all entries "
+            '(`stability(..., standardise="global")`; the paper\'s "standardized weights" fits both; only splits '
+            "run after this column was added have it, n/a otherwise)",
+            "stability_global",
+            ["GPX", "GPR+LIME", "GPR+SHAP", "KL", "Localized", "Network"],
+        ),
     ]
     for title, key, methods in tables:
         L += [f"## {title}", "", "| dataset | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
@@ -396,22 +441,36 @@ def write_markdown(all_res: dict, args, path: Path) -> str:
                 cells.append(f"**{ours}**{flag} / *{paper}*")
             L.append(f"| {ds} ({_row_label(runs, args)}) | " + " | ".join(cells) + " |")
         L.append("")
-    L += ["(n/m) after LIME/SHAP: explained n of m test samples per split; their stability neighbourhood is those n.",
-          "", "For a seed run more than once (`--merge` of several files) the later file's numbers win method by "
-          "method; a method the later run skipped (`--skip-agnostic`) keeps the earlier file's numbers (see "
-          "`run_paper_tables.sh` for which files fill which cells).", ""]
+    L += [
+        "(n/m) after LIME/SHAP: explained n of m test samples per split; their stability neighbourhood is those n.",
+        "",
+        "For a seed run more than once (`--merge` of several files) the later file's numbers win method by "
+        "method; a method the later run skipped (`--skip-agnostic`) keeps the earlier file's numbers (see "
+        "`run_paper_tables.sh` for which files fill which cells).",
+        "",
+    ]
     L += profile_section()
-    L += ["## Stability details (GPX)", "",
-          f"| dataset | samples with a neighbour at ε = 0.05 / ε = {EPS2}, mean over splits | "
-          "faithfulness nan (constant rows), all splits |",
-          "|---|---|---|"]
+    L += [
+        "## Stability details (GPX)",
+        "",
+        f"| dataset | samples with a neighbour at ε = 0.05 / ε = {EPS2}, mean over splits | "
+        "faithfulness nan (constant rows), all splits |",
+        "|---|---|---|",
+    ]
     for ds, runs in all_res.items():
         g = [r["metrics"]["GPX"] for r in runs]
-        L.append(f"| {ds} | {np.mean([a['stab_with_neighbour'] for a in g]):.0f} / "
-                 f"{np.mean([a['stab2_with_neighbour'] for a in g]):.0f} of {g[0]['m_test']} | "
-                 f"{sum(a['faith_nan'] for a in g)} |")
-    L += ["", "## Figure 2: sufficiency at k = 1..10 (lower is better), ours, mean over splits", "",
-          "See `paper_fig2_sufficiency.png` (shaded: ±1 std over splits). Values:", ""]
+        L.append(
+            f"| {ds} | {np.mean([a['stab_with_neighbour'] for a in g]):.0f} / "
+            f"{np.mean([a['stab2_with_neighbour'] for a in g]):.0f} of {g[0]['m_test']} | "
+            f"{sum(a['faith_nan'] for a in g)} |"
+        )
+    L += [
+        "",
+        "## Figure 2: sufficiency at k = 1..10 (lower is better), ours, mean over splits",
+        "",
+        "See `paper_fig2_sufficiency.png` (shaded: ±1 std over splits). Values:",
+        "",
+    ]
     for ds, runs in all_res.items():
         L += [f"**{ds}**", "", "| method | " + " | ".join(f"k={k}" for k in KS) + " |", "|---" * (len(KS) + 1) + "|"]
         for meth in runs[0]["metrics"]:
@@ -420,20 +479,36 @@ def write_markdown(all_res: dict, args, path: Path) -> str:
         L.append("")
     if "digits" in all_res:
         t = all_res["digits"][0]["time"]
-        L += ["## Table 4: times on Digits, seconds (split 0; ours / *paper*)", "",
-              "pytorch-gpx (the reference implementation) is "
-              + ("importable but not timed here" if _has_pytorch_gpx() else "**not installed**, so it is not timed")
-              + f". Our machine: {os.cpu_count()} CPU cores shared with other jobs and with the other runs of this "
-              "table (wall-clock times, inflated several-fold by the load; compare ratios, not seconds; paper: "
-              "16-core Xeon).", "",
-              "| | GPX | GPR+LIME | GPR+SHAP | KL | Localized | Network | ARD |", "|---|---|---|---|---|---|---|---|"]
-        tr = {"GPX": t.get("GPX/train"), "GPR+LIME": t.get("GPR/train"), "GPR+SHAP": t.get("GPR/train"),
-              "KL": t.get("ARD/train"), "Localized": t.get("Localized/train"), "Network": t.get("Network/train"),
-              "ARD": t.get("ARD/train")}
+        L += [
+            "## Table 4: times on Digits, seconds (split 0; ours / *paper*)",
+            "",
+            "pytorch-gpx (the reference implementation) is "
+            + ("importable but not timed here" if _has_pytorch_gpx() else "**not installed**, so it is not timed")
+            + f". Our machine: {os.cpu_count()} CPU cores shared with other jobs and with the other runs of this "
+            "table (wall-clock times, inflated several-fold by the load; compare ratios, not seconds; paper: "
+            "16-core Xeon).",
+            "",
+            "| | GPX | GPR+LIME | GPR+SHAP | KL | Localized | Network | ARD |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        tr = {
+            "GPX": t.get("GPX/train"),
+            "GPR+LIME": t.get("GPR/train"),
+            "GPR+SHAP": t.get("GPR/train"),
+            "KL": t.get("ARD/train"),
+            "Localized": t.get("Localized/train"),
+            "Network": t.get("Network/train"),
+            "ARD": t.get("ARD/train"),
+        }
         n_ag = all_res["digits"][0]["n_eval_agnostic"]
         m = all_res["digits"][0]["m_test"]
-        pr = {"GPX": t.get("GPX/explain"), "KL": t.get("KL/explain"), "Localized": t.get("Localized/explain"),
-              "Network": t.get("Network/explain"), "ARD": 0.0}
+        pr = {
+            "GPX": t.get("GPX/explain"),
+            "KL": t.get("KL/explain"),
+            "Localized": t.get("Localized/explain"),
+            "Network": t.get("Network/explain"),
+            "ARD": 0.0,
+        }
         for meth in ("GPR+LIME", "GPR+SHAP"):
             v = t.get(f"{meth}/explain")
             pr[meth] = None if v is None else v * m / n_ag
@@ -445,9 +520,13 @@ def write_markdown(all_res: dict, args, path: Path) -> str:
 
         L.append("| Training | " + " | ".join(cell(tr[k], k, "Training") for k in order) + " |")
         L.append("| Prediction | " + " | ".join(cell(pr[k], k, "Prediction") for k in order) + " |")
-        L += ["", f"GPR+LIME/SHAP prediction times are measured on {n_ag} test samples and scaled to all {m}. "
-              "GPX training includes the fit on ≤ fit-max rows; prediction = the full weight posterior "
-              "(means and d × d covariances) for all test points.", ""]
+        L += [
+            "",
+            f"GPR+LIME/SHAP prediction times are measured on {n_ag} test samples and scaled to all {m}. "
+            "GPX training includes the fit on ≤ fit-max rows; prediction = the full weight posterior "
+            "(means and d × d covariances) for all test points.",
+            "",
+        ]
     text = "\n".join(L)
     path.write_text(text)
     return text
@@ -458,37 +537,47 @@ def profile_section() -> list[str]:
     out: list[str] = []
     for path in sorted(RESULTS.glob("gpx_faithfulness_*.md")):
         lines = path.read_text().splitlines()
-        rows = [ln for ln in lines[: next((i for i, ln in enumerate(lines) if ln.startswith("Per split")), None)]
-                if ln.startswith("|")]
+        rows = [
+            ln
+            for ln in lines[: next((i for i, ln in enumerate(lines) if ln.startswith("Per split")), None)]
+            if ln.startswith("|")
+        ]
         if not rows:
             continue
         ds = path.stem.removeprefix("gpx_faithfulness_")
         if not out:
-            out += ["## GPX faithfulness against the lengthscale (why Fish misses the paper)", "",
-                    "From `benchmarks/gpx_faithfulness_profile.py` (per-split numbers in the files named): the same "
-                    "splits, GPX fitted by maximum likelihood (ML, the tables' fit), with the optimiser settings of "
-                    "the authors' public implementation (ref-opt: L-BFGS, step 0.1, no line search, ≤ 150 "
-                    "iterations, loss tolerance 1e-4), and with the RBF lengthscale held at 1.5× / 2× the ML value "
-                    "(the other hyperparameters refitted). neg_log_ml: −log marginal likelihood on the fitting rows "
-                    "(nats, lower = better fit). faith: the tables' reading (baseline 0, per-sample Pearson r, mean "
-                    "over samples); faith_train_mean: the split's own training mean as baseline; faith_median: "
-                    "median over samples; faith_pooled: one r over all sample-feature pairs.", ""]
+            out += [
+                "## GPX faithfulness against the lengthscale (why Fish misses the paper)",
+                "",
+                "From `benchmarks/gpx_faithfulness_profile.py` (per-split numbers in the files named): the same "
+                "splits, GPX fitted by maximum likelihood (ML, the tables' fit), with the optimiser settings of "
+                "the authors' public implementation (ref-opt: L-BFGS, step 0.1, no line search, ≤ 150 "
+                "iterations, loss tolerance 1e-4), and with the RBF lengthscale held at 1.5× / 2× the ML value "
+                "(the other hyperparameters refitted). neg_log_ml: −log marginal likelihood on the fitting rows "
+                "(nats, lower = better fit). faith: the tables' reading (baseline 0, per-sample Pearson r, mean "
+                "over samples); faith_train_mean: the split's own training mean as baseline; faith_median: "
+                "median over samples; faith_pooled: one r over all sample-feature pairs.",
+                "",
+            ]
         out += [f"**{ds}** (`{path.name}`)", "", *rows, ""]
     if out:
-        out += ["Reading (Fish): the open choices of the metric (baseline; NaN handling: no Fish sample is NaN) do "
-                "not move the mean reading (the median is higher because a few samples with negative r pull the mean "
-                "down, but the paper averages), and ref-opt ends between its start and the ML optimum, within a few "
-                "nats of it. What moves GPX's faithfulness, stability and (on Fish, slightly) MSE is the lengthscale:"
-                " longer than the ML value, the weights change less when a feature is set to its baseline, so the "
-                "prediction drop tracks the contribution w_j x_j more closely. The paper's Fish faithfulness "
-                "corresponds to about 1.5× our ML lengthscale, at a cost of a few nats of marginal likelihood. (The "
-                "median-heuristic start is ≈ 2.2 on Fish, ≈ 1.6× the ML value, but the unfitted start scores ≈ 0.77 "
-                "on splits 0-1, as its output scale 1 makes the weights vary strongly.) The paper states ML "
-                "estimation and no prior on the lengthscale, so no setting it states selects a longer lengthscale; "
-                "the tables keep the ML fit and Fish stays below the paper's faithfulness. On Digits (one split) "
-                "the same lever exists but costs more: ℓ×1.5 raises faithfulness 0.885 → 0.911 at 38 nats of "
-                "marginal likelihood and a higher MSE (0.066 vs 0.058); Digits' ML faithfulness is within our "
-                "spread of the paper's.", ""]
+        out += [
+            "Reading (Fish): the open choices of the metric (baseline; NaN handling: no Fish sample is NaN) do "
+            "not move the mean reading (the median is higher because a few samples with negative r pull the mean "
+            "down, but the paper averages), and ref-opt ends between its start and the ML optimum, within a few "
+            "nats of it. What moves GPX's faithfulness, stability and (on Fish, slightly) MSE is the lengthscale:"
+            " longer than the ML value, the weights change less when a feature is set to its baseline, so the "
+            "prediction drop tracks the contribution w_j x_j more closely. The paper's Fish faithfulness "
+            "corresponds to about 1.5× our ML lengthscale, at a cost of a few nats of marginal likelihood. (The "
+            "median-heuristic start is ≈ 2.2 on Fish, ≈ 1.6× the ML value, but the unfitted start scores ≈ 0.77 "
+            "on splits 0-1, as its output scale 1 makes the weights vary strongly.) The paper states ML "
+            "estimation and no prior on the lengthscale, so no setting it states selects a longer lengthscale; "
+            "the tables keep the ML fit and Fish stays below the paper's faithfulness. On Digits (one split) "
+            "the same lever exists but costs more: ℓ×1.5 raises faithfulness 0.885 → 0.911 at 38 nats of "
+            "marginal likelihood and a higher MSE (0.066 vs 0.058); Digits' ML faithfulness is within our "
+            "spread of the paper's.",
+            "",
+        ]
     return out
 
 
@@ -529,7 +618,7 @@ def plot_fig2(all_res: dict, path: Path) -> None:
         ax.set_title(ds)
         ax.set_xlabel("k (features kept)")
         ax.set_ylabel("sufficiency |f(x) - f(x_k)|")
-    for ax in axes.ravel()[len(names):]:
+    for ax in axes.ravel()[len(names) :]:
         ax.axis("off")
     axes.ravel()[0].legend(fontsize=7)
     fig.suptitle("Sufficiency (lower is better); shaded: ±1 std over splits")
@@ -542,13 +631,21 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=DATASETS, choices=DATASETS)
     p.add_argument("--splits", type=int, default=5)
-    p.add_argument("--first-split", type=int, default=0,
-                   help="seed of the first split (run splits first-split .. first-split + splits - 1)")
+    p.add_argument(
+        "--first-split",
+        type=int,
+        default=0,
+        help="seed of the first split (run splits first-split .. first-split + splits - 1)",
+    )
     p.add_argument("--quick", action="store_true", help="2 splits, small subsets: a smoke run of the pipeline")
     p.add_argument("--fit-max", type=int, default=2500, help="rows for fitting GP hyperparameters")
     p.add_argument("--gp-iter", type=int, default=100, help="L-BFGS iterations for GPR/ARD")
-    p.add_argument("--gpr-fit-max", type=int, default=None,
-                   help="rows for fitting the GPR/ARD hyperparameters (default: --fit-max)")
+    p.add_argument(
+        "--gpr-fit-max",
+        type=int,
+        default=None,
+        help="rows for fitting the GPR/ARD hyperparameters (default: --fit-max)",
+    )
     p.add_argument("--explain-max", type=int, default=100, help="test samples explained by LIME/SHAP per split")
     p.add_argument("--lime-samples", type=int, default=5000)
     p.add_argument("--shap-samples", type=int, default=512)
@@ -556,8 +653,13 @@ def main() -> None:
     p.add_argument("--lasso-iter", type=int, default=30)
     p.add_argument("--skip-agnostic", action="store_true", help="no LIME/SHAP")
     p.add_argument("--skip-lasso", action="store_true", help="no localized/network lasso")
-    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
-                   help="only render: merge these raw result files (from runs with --out) into --out")
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="only render: merge these raw result files (from runs with --out) into --out",
+    )
     p.add_argument("--out", default=None, help="markdown path (default results/paper_tables[_quick].md)")
     args = p.parse_args()
     if args.quick:
@@ -586,8 +688,10 @@ def main() -> None:
         return
     all_res: dict = json.loads(raw_path.read_text()) if raw_path.exists() else {}
     all_res = {k: v for k, v in all_res.items() if k not in args.datasets}
-    log(f"max_cholesky_size = {CHOL} (GPyTorch default 800); torch {torch.__version__}, "
-        f"gpytorch {gpytorch.__version__}; {torch.get_num_threads()} threads")
+    log(
+        f"max_cholesky_size = {CHOL} (GPyTorch default 800); torch {torch.__version__}, "
+        f"gpytorch {gpytorch.__version__}; {torch.get_num_threads()} threads"
+    )
     with gpytorch.settings.max_cholesky_size(CHOL):
         for ds in args.datasets:
             x, y = load(ds)

@@ -7,6 +7,7 @@ cd "$root"
 source scripts/env.sh test
 echo "[test] ruff"
 ruff check gpytorch_explain tests benchmarks tutorials scripts docs conftest.py
+ruff format --check gpytorch_explain tests benchmarks tutorials scripts docs conftest.py
 echo "[test] pytest"
 python -m pytest "$@"
 echo "[test] docs (sphinx -W; tutorials executed on small data)"

@@ -93,5 +93,3 @@ def test_lbfgs_fit_improves_marginal_likelihood():
     y = torch.sin(2 * x[:, 0]) * x[:, 0] + 0.05 * torch.randn(50, generator=gen, dtype=torch.float64)
     model = GPXModel(x, y).fit(max_iter=50)
     assert model.fit_history[-1] < model.fit_history[0] - 0.1
-
-

@@ -883,7 +883,6 @@ def main(argv=None) -> dict:
     return results
 
 
-
 # %% [markdown]
 # ## Run
 #

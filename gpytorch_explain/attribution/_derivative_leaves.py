@@ -392,4 +392,3 @@ def _autograd_leaf(kernel: Kernel, x1: Tensor, x2: Tensor, npd: int, need: int, 
                 "distance). Gradient/IG covariances need a kernel that is twice differentiable at x = x'."
             )
     return res
-

@@ -41,7 +41,6 @@ def _orders(order: int, return_error: bool) -> tuple[int, ...]:
     return (order, max(1, order // 2)) if return_error else (order,)
 
 
-
 # =====================================================================================================================
 # Additive terms and kink subspaces
 # =====================================================================================================================
@@ -150,7 +149,6 @@ def _graded_np(center: float, width: float, lo_only: bool = False) -> list[float
     return sorted(p for p in out if 1e-12 < p < 1 - 1e-12)
 
 
-
 def _ravel(idx: tuple[Tensor, ...], shape: Sequence[int]) -> Tensor:
     """Flat (row-major) index from per-dimension indices."""
     flat = torch.zeros_like(idx[0])
@@ -165,5 +163,3 @@ def _flat_owner(bidx: tuple[Tensor, ...], bshape: Sequence[int], count: int, dev
     for i, size in zip(bidx, bshape, strict=True):
         flat = flat * size + i
     return flat
-
-

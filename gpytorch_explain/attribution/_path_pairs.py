@@ -247,7 +247,6 @@ def _pair_radial(
     return res.new_zeros(*res.shape[:-1], full).index_add(-1, dims, res)
 
 
-
 def _panel_rule(breaks: list[float], order: int) -> tuple[np.ndarray, np.ndarray]:
     """Composite GL on [0, 1] with panels at ``breaks``."""
     xi, w = gauss_legendre_np(order)
@@ -369,4 +368,3 @@ def _special_pairs(
             acc[R].index_add_(0, wi, Wn[R, c0:c1, None, None] * h)
     acc = acc * (d1f.unsqueeze(-1) * d2f.unsqueeze(-2))
     res[(slice(None), *sidx)] = acc
-

@@ -91,4 +91,3 @@ def _triangulate(points: list[tuple[float, float]], lines: list[tuple[float, flo
                 if _area(tri) > eps * eps:
                     tris.append((tri, None))
     return tris
-

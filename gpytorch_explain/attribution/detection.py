@@ -123,7 +123,6 @@ def _probe_points(model) -> torch.Tensor | None:
     from gpytorch.models import ApproximateGP
 
     if isinstance(model, ApproximateGP):
-
         try:
             X = variational_inducing_points(model)
         except Exception:  # noqa: BLE001 - the variational path reports its own errors later

@@ -67,7 +67,6 @@ __all__ = [
 ]
 
 
-
 class JointPosterior:
     r"""The latent joint posterior of a model at arbitrary points, as ``(mean (T, N), covariance (T, N, N))``.
 
@@ -375,7 +374,6 @@ def fallback_posterior(owner, x: Tensor, order: int):
     import warnings
 
     from linear_operator.operators import DenseLinearOperator
-
 
     X = owner._raw_train_inputs()
     inputs = getattr(owner.model, "train_inputs", None)

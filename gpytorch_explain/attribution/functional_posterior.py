@@ -168,7 +168,6 @@ class _FunctionalPosterior:
     @staticmethod
     def _model_parts(model) -> tuple[Kernel, gpytorch.means.Mean | None, int]:
         if isinstance(model, ApproximateGP):
-
             kernel, mean = variational_model_parts(model)
             _reject_inducing_point_kernel(kernel, "an ApproximateGP's covar_module")
             return kernel, mean, None
@@ -414,7 +413,6 @@ class _FunctionalPosterior:
 
     def _closed_call_raw(self, x: Tensor, order: int) -> AttributionDistribution:
         if isinstance(self.model, ApproximateGP):
-
             return variational_functional_posterior(self.model, self.functional, x, order=order)
         if self._sgpr:
             return sgpr_functional_posterior(self.model, self.functional, x, order=order)

@@ -149,7 +149,6 @@ def _as_baselines(baselines: Tensor | IntegratedGradientFunctional, like: Tensor
     return b
 
 
-
 def _owner_eval(
     fn: Callable[[Tensor, Tensor, int], _Derivs], a1: Tensor, a2: Tensor, owner: Tensor, bshape: torch.Size
 ) -> _Derivs:
@@ -209,9 +208,7 @@ def kernel_derivatives(
     return tuple(out)
 
 
-def grad_cross(
-    kernel: Kernel, x: Tensor, X: Tensor, *, method: str = "auto", block_size: int | None = None
-) -> Tensor:
+def grad_cross(kernel: Kernel, x: Tensor, X: Tensor, *, method: str = "auto", block_size: int | None = None) -> Tensor:
     r""":math:`\operatorname{Cov}(\partial_i f(\mathbf x_p), f(\mathbf X_j)) = \partial_i k(\mathbf x_p, \mathbf
     X_j)`, ``(*batch, m, D, n)``.
 
@@ -263,4 +260,3 @@ def grad_point(kernel: Kernel, x: Tensor, *, method: str = "auto", block_size: i
         xs = x[..., p0:p1, :]
         out[..., p0:p1, :, :] = _derivs(kernel, xs, xs, 1, 2, method).h.expand(*bshape, p1 - p0, dims, dims)
     return out
-

@@ -474,4 +474,3 @@ def _ig2(
             if special is not None and special.any():
                 _special_pairs(term, method, res, special, feats, start1, start2, d1, d2, orders, block_size)
             oflat.index_add_(nbat + 1, slot, res)
-

@@ -139,9 +139,7 @@ class PosteriorIntegratedGradients(_FunctionalPosterior):
         True
     """
 
-    def __init__(
-        self, model: ExactGP, baseline: Tensor | None = None, order: int | None = None, method: str = "auto"
-    ):
+    def __init__(self, model: ExactGP, baseline: Tensor | None = None, order: int | None = None, method: str = "auto"):
         _FunctionalPosterior.__init__(self, model, GradientFunctional(), order=order, method=method)
         self.functional = IntegratedGradientFunctional(self._check_baseline(baseline))
 
@@ -202,13 +200,11 @@ class PosteriorIntegratedGradients(_FunctionalPosterior):
         x = self._check_x(x)
         attr = self(x)
         if self.method == "autograd" or self._affine is not None:
-
             return fallback_completeness(self, x, attr)
         blocks = attr.lazy_covariance_matrix.point_blocks()
         sum_mean = attr.mean.sum(-1)
         sum_var = blocks.sum((-1, -2))
         if isinstance(self.model, ApproximateGP):
-
             latent = variational_conditioning(self.model).latent
         elif self._sgpr:
             latent = sgpr_conditioning(self.model).latent

@@ -50,8 +50,9 @@ class ExplainerOutput:
         for name in ("std", "weights"):
             value = getattr(self, name)
             if value is not None and value.shape != self.contributions.shape:
-                raise ValueError(f"{name} must have the shape of contributions {self.contributions.shape}, "
-                                 f"got {value.shape}.")
+                raise ValueError(
+                    f"{name} must have the shape of contributions {self.contributions.shape}, got {value.shape}."
+                )
 
 
 class Explainer(ABC):

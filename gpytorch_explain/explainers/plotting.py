@@ -140,11 +140,15 @@ def plot_weight_maps(
     w = to_numpy(weights)
     H, W = image_shape
     if w is None or w.ndim != 2 or w.shape[1] != H * W:
-        raise ValueError(f"weights must be (m, {H * W}) for image_shape {image_shape}, got "
-                         f"{None if w is None else w.shape}.")
+        raise ValueError(
+            f"weights must be (m, {H * W}) for image_shape {image_shape}, got {None if w is None else w.shape}."
+        )
     k = min(len(w), max_samples)
-    rows = [("input", to_numpy(images), "gray_r", None), ("weights", w, "bwr", "sym"),
-            ("±1 std of weights", to_numpy(std), "viridis", "pos")]
+    rows = [
+        ("input", to_numpy(images), "gray_r", None),
+        ("weights", w, "bwr", "sym"),
+        ("±1 std of weights", to_numpy(std), "viridis", "pos"),
+    ]
     rows = [r for r in rows if r[1] is not None]
     for name, arr, *_ in rows:
         if arr.shape != w.shape:

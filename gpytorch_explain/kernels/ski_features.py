@@ -71,6 +71,7 @@ from ..operators.grid_interpolated_linear_operator import _GridInterpolatedLinea
 
 __all__ = ["cover_grid", "fit_grid", "grid_features", "grid_operator", "supports_grid_features"]
 
+
 def _plain(kernel: Kernel) -> bool:
     return kernel.active_dims is None and len(kernel.batch_shape) == 0
 
@@ -333,7 +334,6 @@ def _product_features(roots: list[tuple[Tensor, Tensor]], indices: Tensor, value
         part = _interp_times(indices[j], values[j], root)[:, which]
         phi = part if phi is None else phi * part
     return phi
-
 
 
 def grid_features(

@@ -44,8 +44,9 @@ def call_predict(predict_fn: Callable, points: np.ndarray, like) -> np.ndarray:
     The output must have one finite value per row; it is returned as a float64 numpy vector.
     """
     if torch.is_tensor(like):
-        arg = torch.as_tensor(points, dtype=like.dtype if like.is_floating_point() else torch.float64,
-                              device=like.device)
+        arg = torch.as_tensor(
+            points, dtype=like.dtype if like.is_floating_point() else torch.float64, device=like.device
+        )
     else:
         arg = points
     with torch.no_grad():

@@ -111,9 +111,7 @@ def _topk_order(scores: np.ndarray) -> np.ndarray:
     return np.argsort(-np.abs(scores), axis=-1, kind="stable")
 
 
-def sufficiency(
-    predict_fn: Callable, x, contributions, baseline=None, k: int | Sequence[int] = 1
-) -> np.ndarray:
+def sufficiency(predict_fn: Callable, x, contributions, baseline=None, k: int | Sequence[int] = 1) -> np.ndarray:
     r"""Sufficiency at :math:`k`: how far the prediction moves when only the :math:`k` most important features are
     kept and all others are removed (set to the baseline). Lower is better.
 

@@ -28,6 +28,7 @@ __all__ = [
     "gpx_expected_log_prob",
 ]
 
+
 # ============================================================================ labels
 def bernoulli_label_signs(target: Tensor) -> Tensor:
     r"""Binary labels as signs :math:`\pm 1`, after checking that they are one consistent scheme.

@@ -43,6 +43,7 @@ from ..settings import block_budget
 
 __all__: list[str] = []
 
+
 def _blocks(rows: int, width: int):
     step = max(1, block_budget("feature_block") // max(width, 1))
     return [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
@@ -244,4 +245,3 @@ class _GridInterpolatedLinearOperator(InterpolatedLinearOperator):
             part = (f[idx.unsqueeze(-1), idx.unsqueeze(-2)] * val.unsqueeze(-1) * val.unsqueeze(-2)).sum((-2, -1))
             res = part if res is None else res * part
         return res if scale is None else res * scale.reshape(())
-

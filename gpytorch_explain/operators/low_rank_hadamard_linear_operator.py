@@ -216,7 +216,6 @@ class LowRankHadamardLinearOperator(LinearOperator):
         return self.__class__(self.base_linear_op._mul_constant(other), self.left_factor, self.right_factor)
 
 
-
 def _has_interpolation(op) -> bool:
     if isinstance(op, InterpolatedLinearOperator):
         return True

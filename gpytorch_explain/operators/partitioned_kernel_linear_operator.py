@@ -121,9 +121,7 @@ class PartitionedKernelLinearOperator(KernelLinearOperator):
         if is_vector:
             rhs = rhs.unsqueeze(-1)
         rhs = rhs.contiguous()
-        parts = [
-            self._block(self.x1[..., i:j, :], self.x2, self.tensor_params) @ rhs for i, j in self._row_blocks()
-        ]
+        parts = [self._block(self.x1[..., i:j, :], self.x2, self.tensor_params) @ rhs for i, j in self._row_blocks()]
         res = torch.cat(parts, dim=-2)
         return res.squeeze(-1) if is_vector else res
 

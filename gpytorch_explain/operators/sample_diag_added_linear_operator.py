@@ -65,7 +65,6 @@ class _SampleDiagAddedLinearOperator(AddedDiagLinearOperator):
         return super()._getitem(row_index, col_index, *batch_indices)
 
 
-
 def _without_sample_diagonal(op):
     r"""``op`` with every GPX sample diagonal removed: the cross-covariance between two sets of samples.
 

@@ -73,9 +73,7 @@ def check_memory(required: float, device: torch.device | str | None, what: str, 
     tail = f" Alternatives: {alternatives}" if alternatives else ""
     off = " (Turn this check off with gpytorch_explain.settings.check_memory(False).)"
     if required > available:
-        raise MemoryError(
-            f"{what} needs about {_gib(required)} but only {_gib(available)} is available.{tail}{off}"
-        )
+        raise MemoryError(f"{what} needs about {_gib(required)} but only {_gib(available)} is available.{tail}{off}")
     if required > WARN_FRACTION * available:
         warnings.warn(
             f"{what} needs about {_gib(required)} of the {_gib(available)} available.{tail}",

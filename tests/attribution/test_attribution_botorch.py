@@ -67,8 +67,6 @@ def _grad_mean(model, x):
     return g
 
 
-
-
 def test_single_task_gp_with_normalize_and_standardize():
     X, Y, lo, hi = _data()
     model = SingleTaskGP(X, Y, input_transform=Normalize(3), outcome_transform=Standardize(1))
@@ -144,9 +142,9 @@ def test_mixed_single_task_gp_continuous_columns():
 
 
 # raw-unit data on purpose
-@pytest.mark.filterwarnings('ignore:Data \\(input features\\) is not contained:Warning')
+@pytest.mark.filterwarnings("ignore:Data \\(input features\\) is not contained:Warning")
 # raw-unit data on purpose
-@pytest.mark.filterwarnings('ignore:Data \\(outcome observations\\) is not standardized:Warning')
+@pytest.mark.filterwarnings("ignore:Data \\(outcome observations\\) is not standardized:Warning")
 def test_partial_normalize_takes_the_fallback_with_a_reason():
     X, Y, lo, hi = _data()
     model = _fit_free(SingleTaskGP(X, Y, input_transform=Normalize(3, indices=[0, 1]), outcome_transform=None))

@@ -97,8 +97,6 @@ def autograd_gradient_mean(mean_fn, x):
     return g
 
 
-
-
 @pytest.mark.parametrize("base", ["rbf", "matern52"])
 def test_dkl_gradient_against_autograd_and_finite_differences(base):
     kernel = gpytorch.kernels.RBFKernel() if base == "rbf" else gpytorch.kernels.MaternKernel(nu=2.5)

@@ -37,8 +37,6 @@ DTYPE = torch.float64
 pytestmark = pytest.mark.usefixtures("float64")
 
 
-
-
 def _dense(kernel, a, b):
     with torch.no_grad(), gpytorch.settings.lazily_evaluate_kernels(False):
         return kernel(a, b).to_dense()

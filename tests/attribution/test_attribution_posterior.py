@@ -116,8 +116,6 @@ def _posterior(model, pts):
     return out.mean, out.covariance_matrix
 
 
-
-
 # =============================================================================================
 # gradient GP vs finite differences of GPyTorch's posterior
 # =============================================================================================

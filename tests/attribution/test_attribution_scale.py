@@ -106,8 +106,6 @@ def _sgpr(n=30, M=8, D=2, mean="linear", lik="gaussian", kind="ard", inducing=No
     return model.to(DTYPE).eval(), x
 
 
-
-
 def _process(model, pts):
     """GPyTorch's SGPR predictive at ``pts``, with its test prior replaced by the exact base kernel (brute force)."""
     with torch.no_grad():
@@ -416,7 +414,7 @@ def _outputs(post, rhs):
 
 
 # max_cholesky_size 0 forces CG on purpose
-@pytest.mark.filterwarnings('ignore:PosteriorIntegratedGradients. n = .* is above max_cholesky_size:UserWarning')
+@pytest.mark.filterwarnings("ignore:PosteriorIntegratedGradients. n = .* is above max_cholesky_size:UserWarning")
 @pytest.mark.parametrize(
     "path,kind,functional",
     [

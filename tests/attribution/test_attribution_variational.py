@@ -187,8 +187,6 @@ def _predictive(model, pts, task=None):
     return mean, cov - _jitter(model) * torch.eye(cov.size(-1), dtype=DTYPE)
 
 
-
-
 def _fd_gradient(model, xs, h=1e-4, task=None):
     """Central finite differences of the predictive mean and covariance: E[∇f], Cov(∇f, ∇f), interleaved."""
     eye = torch.eye(D, dtype=DTYPE)

@@ -88,8 +88,9 @@ def fitted(files):
     """``fit`` of both model kinds, run as two concurrent processes."""
     common = ["train.csv", "--target", "y", "--features", "a,b,c", "--iterations", "25"]
     procs = {
-        kind: start_cli("fit", *common, "--model", kind, *(["--quiet"] if kind == "gpr" else []), "--out", f"{kind}.pt",
-                        cwd=files)  # fmt: skip
+        kind: start_cli(
+            "fit", *common, "--model", kind, *(["--quiet"] if kind == "gpr" else []), "--out", f"{kind}.pt", cwd=files
+        )  # fmt: skip
         for kind in ("gpx", "gpr")
     }
     results = {kind: proc.communicate(timeout=300) for kind, proc in procs.items()}

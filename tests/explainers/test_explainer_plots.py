@@ -16,8 +16,12 @@ def test_summary_orders_features_by_mean_abs_and_labels_std():
     rng = np.random.default_rng(0)
     c = rng.normal(size=(40, 3)) * [0.1, 3.0, 1.0]
     for kind in ("beeswarm", "box"):
-        ax = plot_summary(ExplainerOutput(c, std=0.2 * np.abs(c)), x=rng.normal(size=(40, 3)),
-                          feature_names=["a", "b", "c"], kind=kind)
+        ax = plot_summary(
+            ExplainerOutput(c, std=0.2 * np.abs(c)),
+            x=rng.normal(size=(40, 3)),
+            feature_names=["a", "b", "c"],
+            kind=kind,
+        )
         labels = [t.get_text() for t in ax.get_yticklabels()]
         assert labels == ["a", "c", "b"]  # bottom to top: smallest to largest mean |contribution|
         assert "±1 std" in ax.get_xlabel()

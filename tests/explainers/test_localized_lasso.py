@@ -35,13 +35,18 @@ def test_localized_lasso_matches_brute_force_minimum(lam2):
         return fit + 0.5 * net + lam2 * excl
 
     best = min(
-        minimize(smooth, np.random.default_rng(seed).normal(size=12), method="L-BFGS-B",
-                 options={"ftol": 1e-15, "gtol": 1e-11, "maxiter": 20000}).fun
+        minimize(
+            smooth,
+            np.random.default_rng(seed).normal(size=12),
+            method="L-BFGS-B",
+            options={"ftol": 1e-15, "gtol": 1e-11, "maxiter": 20000},
+        ).fun
         for seed in range(3)
     )
     J = localized_lasso_objective(model.coef_, x, y, model.graph_, 0.5, lam2)
     assert J <= best * (1 + 1e-6)  # IRLS at least as low as the brute force
     assert J == pytest.approx(best, rel=2e-3)  # and near it (L-BFGS stalls slightly above at the kinks)
+
 
 def test_localized_lasso_predict_uses_neighbour_weights():
     rng = np.random.default_rng(1)

@@ -39,8 +39,6 @@ pytestmark = [
 DT = torch.float64
 
 
-
-
 def _interp_matrix(grid, x):
     """Dense interpolation weights W (n x G) from GPyTorch's cubic interpolation on ``grid``."""
     idx, val = Interpolation().interpolate(grid, x)

@@ -30,8 +30,6 @@ DTYPE = torch.float64
 TOL = {"rtol": 1e-9, "atol": 1e-10}
 
 
-
-
 def _dense_gpx(K, z1, z2, weight_noise=None):
     """(K + σw² I) ⊙ Z1 Z2ᵀ (σw² only when given, i.e. for a joint evaluation)."""
     res = K * (z1 @ z2.mT)

@@ -43,4 +43,3 @@ class TestGradientKernel(BaseKernelTestCase, unittest.TestCase):
         x = torch.randn(4, 3)
         assert kernel(x).shape == torch.Size([12, 12])
         assert kernel.num_outputs_per_input(x, x) == 3
-

@@ -62,4 +62,3 @@ class TestIntegratedGradientKernel(BaseKernelTestCase, unittest.TestCase):
 
     def test_active_dims_range(self):
         self._check_active_dims(list(range(3, 9)))
-

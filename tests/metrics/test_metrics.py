@@ -165,9 +165,7 @@ def test_stability_max_over_neighbours_with_separate_z():
     wt = (w - w.mean(0)) / s
     expected = []
     for i in range(3):
-        expected.append(
-            max(np.linalg.norm(wt[j] - wt[i]) / np.linalg.norm(z[j] - z[i]) for j in range(3) if j != i)
-        )
+        expected.append(max(np.linalg.norm(wt[j] - wt[i]) / np.linalg.norm(z[j] - z[i]) for j in range(3) if j != i))
     # by hand: pairs (0,1): 3/sqrt2 / 1; (0,2): 3/sqrt2 / 2; (1,2): 3 / sqrt5
     assert expected[0] == pytest.approx(3 / math.sqrt(2))
     np.testing.assert_allclose(stability(x, w, z=z, reduction="none"), expected)

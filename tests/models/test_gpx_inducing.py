@@ -319,7 +319,7 @@ def test_inducing_features_in_row_blocks(monkeypatch, grad):
 
 
 # GPyTorch's joint evaluation, the reference
-@pytest.mark.filterwarnings('ignore:Negative variance values detected:linear_operator.utils.warnings.NumericalWarning')
+@pytest.mark.filterwarnings("ignore:Negative variance values detected:linear_operator.utils.warnings.NumericalWarning")
 @pytest.mark.parametrize("separate_z", [False, True])
 @pytest.mark.parametrize("correction", [True, False])
 def test_latent_predictive_in_feature_space_matches_the_joint_evaluation(separate_z, correction):

@@ -17,8 +17,6 @@ DTYPE = torch.float64
 N, D, d, M = 15, 3, 2, 4
 
 
-
-
 def _data(dtype=DTYPE, n=N, seed=0):
     x = torch.randn(n, D, dtype=dtype, generator=_gen(seed))
     z = torch.randn(n, d, dtype=dtype, generator=_gen(seed + 1))

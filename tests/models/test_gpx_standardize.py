@@ -125,7 +125,7 @@ FLAGS = [
 
 
 # raw-scale data on purpose
-@pytest.mark.filterwarnings('ignore:GPXModel. data far from unit scale:UserWarning')
+@pytest.mark.filterwarnings("ignore:GPXModel. data far from unit scale:UserWarning")
 @pytest.mark.parametrize("flags", FLAGS)
 def test_raw_unit_weights_match_dense_algebra(flags):
     x, f, g = _signal(30, 4)
@@ -163,7 +163,7 @@ def test_standardisation_round_trips_through_the_state_dict():
 
 
 # predicts at the training inputs on purpose
-@pytest.mark.filterwarnings('ignore:The input matches the stored training data:gpytorch.utils.warnings.GPInputWarning')
+@pytest.mark.filterwarnings("ignore:The input matches the stored training data:gpytorch.utils.warnings.GPInputWarning")
 def test_intercept_is_learned_and_not_explained():
     x, f, g = _signal(80, 6)
     y = 5.0 + f + 0.05 * torch.randn(80, generator=g, dtype=DTYPE)

@@ -59,9 +59,7 @@ class TestInducingWeightPosteriorLinearOperator(LinearOperatorTestCase, unittest
         )
 
     def evaluate_linear_op(self, linear_op):
-        return _dense(
-            linear_op.prior_covar.to_dense(), linear_op.test_features, linear_op.capacitance_cholesky, D
-        )
+        return _dense(linear_op.prior_covar.to_dense(), linear_op.test_features, linear_op.capacitance_cholesky, D)
 
     def test_point_blocks_on_both_routes(self):
         """The per-point blocks by column blocks of L⁻¹ (many points) and by triangular solves (few), in chunks."""
@@ -74,8 +72,11 @@ class TestInducingWeightPosteriorLinearOperator(LinearOperatorTestCase, unittest
             # per chunk
             for budget in (max_block_elements.value(), 2 * D * D * M_IND):
                 fresh = self.create_linear_op()
-                with max_block_elements(budget), unittest.mock.patch.object(
-                    InducingWeightPosteriorLinearOperator, "_solve_route", lambda self, r=solve_route: r
+                with (
+                    max_block_elements(budget),
+                    unittest.mock.patch.object(
+                        InducingWeightPosteriorLinearOperator, "_solve_route", lambda self, r=solve_route: r
+                    ),
                 ):
                     torch.testing.assert_close(fresh.point_blocks().detach(), expected, rtol=1e-12, atol=1e-12)
                     torch.testing.assert_close(fresh.to_dense().detach(), dense, rtol=1e-12, atol=1e-12)

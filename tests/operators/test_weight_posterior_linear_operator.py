@@ -81,9 +81,13 @@ class TestWeightPosteriorLinearOperatorCholesky(_Float64, LinearOperatorTestCase
 
     def evaluate_linear_op(self, linear_op):
         b = _b(linear_op.cross_covar, linear_op.train_z)
-        prior = torch.kron(linear_op.prior_covar.to_dense(), torch.eye(D, dtype=b.dtype)) if not self.batch else (
-            linear_op.prior_covar.to_dense()[..., :, None, :, None] * torch.eye(D, dtype=b.dtype)[:, None, :]
-        ).reshape(*self.batch, M * D, M * D)
+        prior = (
+            torch.kron(linear_op.prior_covar.to_dense(), torch.eye(D, dtype=b.dtype))
+            if not self.batch
+            else (
+                linear_op.prior_covar.to_dense()[..., :, None, :, None] * torch.eye(D, dtype=b.dtype)[:, None, :]
+            ).reshape(*self.batch, M * D, M * D)
+        )
         return prior - b.mT @ self._c_inverse_b(linear_op, b)
 
     def test_point_blocks_in_chunks(self):
