@@ -77,8 +77,17 @@ class LocalizedLasso:
         decrease of :math:`J` falls below this; :param eps: floor for distances and |weights|.
     """
 
-    def __init__(self, lam1: float = 1.0, lam2: float = 0.1, k: int = 10, max_iter: int = 50, tol: float = 1e-5,
-                 eps: float = 1e-6, cg_tol: float = 1e-8, cg_maxiter: int = 2000):
+    def __init__(
+        self,
+        lam1: float = 1.0,
+        lam2: float = 0.1,
+        k: int = 10,
+        max_iter: int = 50,
+        tol: float = 1e-5,
+        eps: float = 1e-6,
+        cg_tol: float = 1e-8,
+        cg_maxiter: int = 2000,
+    ):
         self.lam1, self.lam2, self.k = lam1, lam2, k
         self.max_iter, self.tol, self.eps = max_iter, tol, eps
         self.cg_tol, self.cg_maxiter = cg_tol, cg_maxiter
