@@ -61,7 +61,10 @@ nice -n 19 "$PY" benchmarks/paper_tables.py --datasets wine --first-split 2 --sp
 nice -n 19 "$PY" benchmarks/paper_tables.py --datasets wine --first-split 3 --splits 1 --fit-max 3000 \
     --gpr-fit-max 1000 $BASE --out $R/paper_tables_wine4.md &
 wait
+# batch 4 (a later session): Wine's fifth split, alone beside one other benchmark (~25 min)
+nice -n 19 "$PY" benchmarks/paper_tables.py --datasets wine --first-split 4 --splits 1 --fit-max 3000 \
+    --gpr-fit-max 1000 $BASE --out $R/paper_tables_wine5.md
 "$PY" benchmarks/paper_tables.py $COMMON --merge $R/paper_tables_small.json $R/paper_tables_mid.json \
     $R/paper_tables_digits.json $R/paper_tables_abalone.json $R/paper_tables_wine.json $R/paper_tables_fish.json \
     $R/paper_tables_gstab.json $R/paper_tables_gstab2.json $R/paper_tables_abalone2.json $R/paper_tables_wine2.json \
-    $R/paper_tables_wine3.json $R/paper_tables_wine4.json --out $R/paper_tables.md
+    $R/paper_tables_wine3.json $R/paper_tables_wine4.json $R/paper_tables_wine5.json --out $R/paper_tables.md
