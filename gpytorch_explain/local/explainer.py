@@ -60,12 +60,12 @@ class LocalGPExplainer:
     :param acquisition: one of ``"lcb"`` (default), ``"ei"``, ``"pi"``/``"mpi"`` (GPyOpt semantics, see
         ``gpytorch_explain.local.acquisition``), ``"variance"``, ``"integrated_variance"``, ``"gradient"``.
         Recommended for stable explanations: ``acquisition="variance", interval=2.0,
-        lengthscale_prior_scale=0.5`` (Boston / ExtraTrees, 50 calls, ``benchmarks/results/local_vs_lime.txt``:
-        inconsistency of :math:`1/\ell` 0.014 on 10 instances x 4 seeds, against 0.058 for LIME at 50 samples
-        and 0.007 for LIME at 5,000; with the paper's ``"lcb"``, ``"ei"`` and ``"pi"``, 1/ℓ was no more stable
-        than LIME at 50 samples). The remaining run-to-run spread is the MAP lengthscales' sensitivity to which
-        points the BO path picks: neither a seed-independent initial design, nor 100 calls instead of 50, nor
-        more optimiser restarts (``num_restarts``/``raw_samples`` 4/128, 8/256) reduced it consistently.
+        lengthscale_prior_scale=0.5`` (Boston / ExtraTrees, 50 calls, 20 instances x 10 seeds,
+        ``benchmarks/results/local_vs_lime.txt``: inconsistency of :math:`1/\ell` 0.029 and of the gradient 0.024,
+        against 0.071 for LIME at 50 samples and 0.008 for LIME at 5,000; with the paper's ``"lcb"``, ``"ei"``
+        and ``"pi"``, 1/ℓ was no more stable than LIME at 50 samples on a reduced grid). The remaining run-to-run
+        spread is the surrogate's sensitivity to which points the BO path picks: neither a seed-independent
+        initial design, nor 100 calls instead of 50, nor more optimiser restarts reduced it consistently.
         Check ``fidelity``: with 30 features and 50 calls (breast cancer / SVC) this setting's surrogate did
         not fit (LOO R² ≈ 0, for the logit of the probability too); ``interval=1.0,
         lengthscale_prior_scale=1.0`` fitted there (LOO R² ≈ 0.7) but was no more stable than LIME.
