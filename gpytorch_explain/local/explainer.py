@@ -96,7 +96,7 @@ class LocalGPExplainer:
         with the previous hyperparameters. ``1.0`` refits at every step (slower). Those intermediate refits only
         steer the acquisition and stop at ``refit_maxiter`` by design (not reported). The fit on the final samples
         runs longer (``final_maxiter`` iterations, continued once if it stops there; see
-        :func:`~gpytorch_explain.local.surrogate.fit_surrogate`), so that it converges; a fit that does not is
+        ``gpytorch_explain.local.surrogate.fit_surrogate``), so that it converges; a fit that does not is
         reported in ``result.warnings`` with its numbers.
     :param input_type: ``"auto"``, ``"numpy"`` or ``"torch"`` (what ``predict_fn`` receives).
     :param num_threads: torch threads during :meth:`explain` (restored afterwards). The surrogate's matrices
