@@ -612,7 +612,9 @@ def check_exact(model: GPXModel, x, y, x_test, args, love: bool) -> dict:
 
 def _child(which: str, args, conn) -> None:
     try:
-        conn.send(run_model(which, args))
+        block = args.block_elements or explain_settings.max_block_elements.value()
+        with explain_settings.max_block_elements(block):
+            conn.send(run_model(which, args))
     except BaseException as exc:  # report to the parent
         conn.send({"model": which, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()})
     finally:
@@ -657,7 +659,8 @@ def report(args, info: str, results: list[dict]) -> None:
     print(
         f"method {args.method}, dtype {args.dtype}, max_iter {args.max_iter}, budget {args.max_minutes} min per phase, "
         f"torch {torch.__version__}, gpytorch {gpytorch.__version__}, {args.threads or os.cpu_count()} threads, "
-        f"pykeops {'yes' if keops_available() else 'no'}"
+        f"pykeops {'yes' if keops_available() else 'no'}, max_block_elements "
+        f"{args.block_elements or explain_settings.max_block_elements.value()}"
     )
     print(
         "\n| model | n | fit s | evals | final loss | RMSE | weights/pred s (first chunk) | points | path "
@@ -755,6 +758,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--lean",
         action="store_true",
         help="exact: wrap the kernel in gpytorch_explain.kernels.PartitionedKernel (never stores n x n)",
+    )
+    parser.add_argument(
+        "--block-elements",
+        type=int,
+        default=None,
+        help="gpytorch_explain.settings.max_block_elements for both models (default: the library's, 2^24); larger "
+        "blocks are faster on a GPU",
     )
     parser.add_argument("--dims", type=int, default=3, help="synthetic: D = d")
     parser.add_argument("--true-lengthscale", type=float, default=1.0)

@@ -83,7 +83,8 @@ class BlackBox:
     r"""Wrap ``predict_fn`` so that it maps an ``(m, D)`` float64 array to an ``(m,)`` float64 array.
 
     ``torch.nn.Module``\ s (or any callable with ``input_type="torch"``) receive a tensor in the
-    dtype of their first parameter (float64 when they have none), evaluated under ``torch.no_grad()``;
+    dtype and on the device of their first floating-point parameter or buffer (float64 on the CPU when they have
+    none; a module on a GPU gets CUDA tensors), evaluated under ``torch.no_grad()``;
     other callables receive a numpy array. The output may be a numpy array, list or tensor of ``m``
     numbers (``(m,)`` or ``(m, 1)``). Wrong shapes, NaN and inf are errors naming the problem.
     The number of rows evaluated so far is counted in the attribute ``calls``.
@@ -101,13 +102,15 @@ class BlackBox:
         self.input_type = input_type
         self.calls = 0
 
-    def _torch_dtype(self) -> torch.dtype:
-        params = getattr(self.predict_fn, "parameters", None)
-        if params is not None:
-            for p in params():
-                if p.is_floating_point():
-                    return p.dtype
-        return torch.float64
+    def _torch_spec(self) -> tuple[torch.dtype, torch.device]:
+        """dtype and device of the module's first floating-point parameter (then buffer); float64 on the CPU."""
+        for attr in ("parameters", "buffers"):
+            tensors = getattr(self.predict_fn, attr, None)
+            if callable(tensors):
+                for t in tensors():
+                    if torch.is_tensor(t) and t.is_floating_point():
+                        return t.dtype, t.device
+        return torch.float64, torch.device("cpu")
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)
@@ -116,7 +119,8 @@ class BlackBox:
         m = X.shape[0]
         if self.input_type == "torch":
             with torch.no_grad():
-                out = self.predict_fn(torch.as_tensor(X, dtype=self._torch_dtype()))
+                dtype, device = self._torch_spec()
+                out = self.predict_fn(torch.as_tensor(X, dtype=dtype, device=device))
         else:
             out = self.predict_fn(X.copy())
         if torch.is_tensor(out):
