@@ -6,7 +6,7 @@
 #   2. benchmarks/scale.py --method exact --lean on CUDA in float32 at 5e4 and 1e5 rows (issue 18's measurement),
 #      hyperparameters warm-started on 10,000 rows, then a few L-BFGS steps on all rows;
 #   3. the whole CPU test suite on a machine where CUDA is available (tests must not change behaviour there).
-# Usage: [GPU_CHECK_SECONDS=540] bash scripts/gpu_check.sh [steps...]
+# Usage: [GPU_CHECK_SECONDS=540] [SCALE_EXTRA="--warm-cholesky"] bash scripts/gpu_check.sh [steps...]
 #   steps: tests scale100k scale50k suite (default: all, in this order); GPU_CHECK_SECONDS bounds the whole run: a
 #   step gets at most what is left of it, and a step with under 30 s left is skipped.
 set -uo pipefail
@@ -36,7 +36,7 @@ run() {  # run LIMIT_SECONDS NAME COMMAND...
 } 2>&1 | tee -a "$log"
 scale=(python3 benchmarks/scale.py --dataset synthetic --method exact --lean --weights-path solve --device cuda
   --dtype float32 --n-test 10000 --warm-start 10000 --max-iter 40 --full-iter 3 --block-elements 67108864
-  --max-gib 0 --gpr-mean-only)
+  --max-gib 0 --gpr-mean-only ${SCALE_EXTRA:-})
 for step in "${steps[@]}"; do
   case "$step" in
     tests) run 100 tests python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/models/test_gpx_multi_device.py -rs ;;
