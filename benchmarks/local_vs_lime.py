@@ -188,7 +188,11 @@ def setting_label(setting: dict) -> str:
 
 
 def run(args, store: dict, path: str = STORE) -> None:
-    setting_base = {"interval": args.interval, "lengthscale_prior_scale": args.prior_scale}
+    setting_base = {
+        "interval": args.interval,
+        "lengthscale_prior_scale": args.prior_scale,
+        "linear_trend": args.linear_trend == "on",
+    }
     if args.n_initial is not None:
         setting_base["n_initial"] = args.n_initial
     if args.num_restarts is not None:
@@ -234,6 +238,8 @@ _ABBREV = {
     "interval=": "r=",
     "lengthscale_prior_scale=": "s=",
     "n_initial=": "n0=",
+    "linear_trend=True": "trend",
+    "linear_trend=False": "no-trend",
     "output=": "",
     "num_restarts=": "nr=",
     "raw_samples=": "rs=",
@@ -356,6 +362,13 @@ def main(argv=None) -> None:
     p.add_argument("--acquisitions", nargs="+", default=["variance"])
     p.add_argument("--interval", type=float, default=2.0)
     p.add_argument("--prior-scale", type=float, default=0.5, help="lengthscale_prior_scale")
+    p.add_argument(
+        "--linear-trend",
+        choices=["on", "off"],
+        default="on",
+        help="LocalGPExplainer(linear_trend=...): the gradient from the surrogate with a linear trend (on, the "
+        "library's default) or from the ARD RBF alone (off; every record made before the option existed)",
+    )
     p.add_argument("--n-initial", type=int, default=None, help="n_initial (default: the library's)")
     p.add_argument("--num-restarts", type=int, default=None, help="num_restarts (default: the library's)")
     p.add_argument("--raw-samples", type=int, default=None, help="raw_samples (default: the library's)")

@@ -15,6 +15,10 @@ __all__ = ["LocalExplanation"]
 class LocalExplanation:
     r"""A local explanation of a black box at one instance ``x`` (all arrays numpy, in the user's units).
 
+    Two surrogates share the samples: the relevance comes from the paper's ARD-RBF surrogate; the gradient,
+    the integrated gradients, :meth:`predict` and ``fidelity`` from the attribution surrogate, which adds a linear
+    trend to it (``LocalGPExplainer(linear_trend=True)``, the default; with ``False`` both are the ARD-RBF one).
+
     :ivar relevance: ``(D,)`` ARD relevance :math:`1/\ell_i` (lengthscales in box units
         :math:`r\sigma_i`) normalised to sum to 1 (the paper's score); 0 for zero-variance features.
     :ivar gradient_mean: ``(D,)`` posterior mean of :math:`\partial f/\partial x_i` of the surrogate at ``x``.
