@@ -73,7 +73,9 @@ def fit_gpx_model(
     (L-BFGS needs a deterministic objective) and with GPyTorch's CG/Lanczos estimators above. Before it
     starts, the memory of a path over the :math:`n\times n` covariance is checked (``model.check_memory``).
 
-    :param model: A ``GPXModel``, or its ``ExactMarginalLogLikelihood`` (then used as the objective).
+    :param model: A ``GPXModel``, or a marginal-likelihood object around it (then used as the objective, e.g.
+        ``ExactMarginalLogLikelihood`` with priors, or ``gpytorch.mlls.LeaveOneOutPseudoLikelihood`` to choose the
+        hyperparameters by leave-one-out predictive log density instead of the marginal likelihood).
     :param optimizer: ``"lbfgs"`` (default; ``torch.optim.LBFGS`` with a strong-Wolfe line
         search) or ``"adam"``.
     :param max_iter: Iterations (default 100 for L-BFGS, 200 for Adam).
@@ -145,7 +147,13 @@ def fit_gpx_model(
 
     bar = tqdm(total=max_iter, desc=f"GPX fit ({optimizer})", unit="it", disable=not progress)
     chol = dense_limit()
-    dense = model.train_targets.size(-1) <= chol and gsettings.observation_nan_policy.value() == "ignore"
+    # the closed-form dense path computes ExactMarginalLogLikelihood's objective; any other objective (e.g.
+    # gpytorch's LeaveOneOutPseudoLikelihood, or a subclass with its own terms) goes through the mll itself
+    dense = (
+        type(mll) is gpytorch.mlls.ExactMarginalLogLikelihood
+        and model.train_targets.size(-1) <= chol
+        and gsettings.observation_nan_policy.value() == "ignore"
+    )
 
     def loss_fn() -> Tensor:
         output = gpytorch.models.ExactGP.__call__(model, inputs)
