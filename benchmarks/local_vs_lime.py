@@ -13,7 +13,8 @@ of the same test instances (the first ``--instances`` rows of the test split).
   samples (mean |coefficient| over the same repeats) and with KernelSHAP (``--shap-samples``);
 * time: wall and CPU seconds per explanation (the machine may be shared; CPU time is the fairer number).
 
-Every explanation's scores are stored in ``benchmarks/results/local_vs_lime_scores.json`` keyed by dataset,
+Every explanation's scores are stored in ``benchmarks/results/local_vs_lime_scores.json.gz`` (gzip-compressed
+JSON; a path ending in ``.json`` is read and written uncompressed) keyed by dataset,
 method, budget, setting, instance and repeat, so partial runs (``--instances/--repeats/--budgets/
 --acquisitions``) accumulate; ``benchmarks/results/local_vs_lime.txt`` is regenerated from the whole store
 after every run (``--report-only`` just regenerates it). Each GP row is compared with LIME on exactly the
@@ -29,6 +30,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gzip
+import io
 import json
 import os
 import sys
@@ -41,7 +44,7 @@ import numpy as np
 
 BOSTON = os.environ.get("BOSTON_CSV", "/work/shared/datasets/boston_housing.csv")
 HERE = os.path.dirname(os.path.abspath(__file__))
-STORE = os.path.join(HERE, "results", "local_vs_lime_scores.json")
+STORE = os.path.join(HERE, "results", "local_vs_lime_scores.json.gz")
 REPORT = os.path.join(HERE, "results", "local_vs_lime.txt")
 NOTES = os.path.join(HERE, "results", "local_vs_lime_notes.txt")  # hand-written reading, put atop the report
 
@@ -169,18 +172,25 @@ def _key(*parts) -> str:
     return "|".join(str(p) for p in parts)
 
 
+def _open(path: str, mode: str):
+    """Text handle on the store: gzip for ``*.gz`` (mtime 0, so equal stores give equal bytes), plain otherwise."""
+    if path.endswith(".gz"):
+        return io.TextIOWrapper(gzip.GzipFile(path, mode[0] + "b", mtime=0), encoding="utf-8")
+    return open(path, mode[0], encoding="utf-8")
+
+
 def load_store(path: str = STORE) -> dict:
     if os.path.exists(path):
-        with open(path) as fh:
+        with _open(path, "r") as fh:
             return json.load(fh)
     return {"records": {}, "commands": []}
 
 
 def save_store(store: dict, path: str = STORE) -> None:
     tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
+    with _open(tmp if not path.endswith(".gz") else tmp + ".gz", "w") as fh:
         json.dump(store, fh, separators=(",", ":"))
-    os.replace(tmp, path)
+    os.replace(tmp if not path.endswith(".gz") else tmp + ".gz", path)
 
 
 def setting_label(setting: dict) -> str:
@@ -312,7 +322,7 @@ def report(store: dict) -> str:
         name, method, budget, setting, i, r = k.split("|")
         by[(name, method, int(budget), setting)][(int(i), int(r))] = v
     lines = [
-        "LocalGPExplainer vs LIME (benchmarks/local_vs_lime.py; generated from local_vs_lime_scores.json).",
+        "LocalGPExplainer vs LIME (benchmarks/local_vs_lime.py; generated from local_vs_lime_scores.json.gz).",
         "Inconsistency = the paper's metric (per repeat |score| / max |score|; std across repeats; mean over",
         "features, then instances). Each GP row is compared with LIME on the SAME (instance, repeat) cells",
         "(I x R = first I test instances x R seeds): 'LIME@b' = LIME at the same budget, 'LIME@5k' = at 5000",
