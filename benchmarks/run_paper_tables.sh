@@ -52,7 +52,7 @@ nice -n 19 "$PY" benchmarks/paper_tables.py --datasets abalone --first-split 2 -
     --gpr-fit-max 1000 $BASE --out $R/paper_tables_abalone2.md &
 nice -n 19 "$PY" benchmarks/paper_tables.py --datasets wine --first-split 1 --splits 4 --fit-max 3000 \
     --gpr-fit-max 1000 $BASE --out $R/paper_tables_wine2.md &
-nice -n 19 "$PY" benchmarks/gpx_faithfulness_profile.py --dataset fish --splits 5 --mults 1.5 2 &
+nice -n 19 "$PY" benchmarks/gpx_faithfulness_profile.py --dataset fish --splits 5 --mults 1.5 2 --loo &  # --loo: 2026-11-28
 nice -n 19 "$PY" benchmarks/paper_tables.py --datasets digits --first-split 1 --splits 4 --skip-agnostic --skip-lasso \
     $COMMON --out $R/paper_tables_gstab2.md &
 nice -n 19 "$PY" benchmarks/gpx_faithfulness_profile.py --dataset digits --splits 1 --skip-ref-opt --mults 1.5 &
