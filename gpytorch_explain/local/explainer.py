@@ -105,6 +105,17 @@ class LocalGPExplainer:
         kernel's curvature on black boxes with a strong linear trend (3-6 % with a 0.5 % std on a linear function
         sampled by ``"variance"``: the true gradient outside two stds for half the features, against 1 in 9 with
         the trend; ``tests/local/test_local_trend.py``).
+    :param attribution_noise: ``None`` (default): the attribution surrogate learns its observation-noise
+        variance. A number fixes it, in units of the standardised output's variance, e.g. ``1e-6`` for a
+        **smooth deterministic** model (a fitted network, a closed-form simulator). With a learned noise, a small
+        smooth part of the black box that the kernel cannot resolve with ``budget`` samples (e.g. a weak
+        interaction that oscillates across the box) is averaged away as noise, and the gradient's std then
+        shrinks like noise / sqrt(n) while its mean misses that part: confidently wrong. A fixed tiny noise makes
+        the surrogate interpolate the samples, so the unexplained part is function, with its uncertainty. On 4
+        smooth 6-feature black boxes x 4 instances at 50 calls (``"variance"``) the true gradient was inside two
+        stds for 86 of 96 features with the learned noise and 91 of 96 with ``1e-6``. Not for piecewise-constant
+        models (trees, forests, boosting): the interpolant follows their jumps and the gradient at ``x`` swings
+        with every step (the learned noise is the right choice there). Needs ``linear_trend=True``.
     :param input_type: ``"auto"``, ``"numpy"`` or ``"torch"`` (what ``predict_fn`` receives).
     :param num_threads: torch threads during :meth:`explain` (restored afterwards). The surrogate's matrices
         are tiny (``budget`` rows), where thread start-up dominates: one thread is ~100x faster on a loaded
@@ -148,6 +159,7 @@ class LocalGPExplainer:
         num_threads: int | None = 1,
         progress: bool = False,
         linear_trend: bool = True,
+        attribution_noise: float | None = None,
     ):
         data = training_data.detach().cpu().numpy() if torch.is_tensor(training_data) else training_data
         data = np.asarray(data, dtype=np.float64)
@@ -207,6 +219,16 @@ class LocalGPExplainer:
         self.raw_samples = int(raw_samples)
         self.num_categorical_candidates = max(1, int(num_categorical_candidates))
         self.linear_trend = bool(linear_trend)
+        if attribution_noise is not None:
+            attribution_noise = float(attribution_noise)
+            if not (0.0 < attribution_noise < 1.0):
+                raise ValueError(
+                    "attribution_noise must be None (learned) or a variance in (0, 1), in units of the "
+                    f"standardised output's variance; got {attribution_noise}."
+                )
+            if not self.linear_trend:
+                raise ValueError("attribution_noise fixes the trend surrogate's noise: it needs linear_trend=True.")
+        self.attribution_noise = attribution_noise
         self.num_mc_points = int(num_mc_points)
         self.refit_maxiter = int(refit_maxiter)
         if not refit_growth >= 1.0:
@@ -343,7 +365,7 @@ class LocalGPExplainer:
         """The surrogate the signed attributions come from (see ``linear_trend``)."""
         if not self.linear_trend:
             return model
-        trend = make_trend_surrogate(model, prior_scale=self.lengthscale_prior_scale)
+        trend = make_trend_surrogate(model, prior_scale=self.lengthscale_prior_scale, noise=self.attribution_noise)
         fit_messages = fit_surrogate(trend, maxiter=self.final_maxiter)
         if messages is not None:
             messages += [f"trend surrogate: {m}" for m in fit_messages]

@@ -82,7 +82,9 @@ def _lengthscale_prior(d: int, prior_scale: float) -> LogNormalPrior:
     return LogNormalPrior(loc=math.sqrt(2.0) + 0.5 * math.log(d) + math.log(2.0), scale=float(prior_scale))
 
 
-def make_trend_surrogate(model: SingleTaskGP, prior_scale: float = DEFAULT_PRIOR_SCALE) -> SingleTaskGP:
+def make_trend_surrogate(
+    model: SingleTaskGP, prior_scale: float = DEFAULT_PRIOR_SCALE, noise: float | None = None
+) -> SingleTaskGP:
     r"""The attribution surrogate: ``model``'s samples under an ARD RBF plus a linear trend.
 
     .. math::
@@ -91,7 +93,9 @@ def make_trend_surrogate(model: SingleTaskGP, prior_scale: float = DEFAULT_PRIOR
         + v\,\mathbf u^\top\mathbf u',
 
     with the lengthscale prior of :func:`make_surrogate` (lengthscales and noise warm-started from ``model``),
-    :math:`s` and :math:`v` free. In box units with the instance at the origin, the linear part is a Bayesian
+    :math:`s` and :math:`v` free. ``noise`` (a variance, in the units of the standardised targets) fixes the
+    observation noise instead of warm-starting it from ``model`` and learning it: the parameter is frozen and its
+    lower bound (BoTorch's 1e-4) lowered to 0, so a tiny value makes the surrogate interpolate. In box units with the instance at the origin, the linear part is a Bayesian
     linear model :math:`\boldsymbol\beta^\top\mathbf u`, :math:`\boldsymbol\beta\sim\mathcal N(\mathbf 0,
     v\mathbf I)`, so the posterior gradient at the instance is :math:`\boldsymbol\beta` plus the RBF part's
     gradient, each with its uncertainty (the kernel's derivatives are in closed form: sums, ``ScaleKernel``,
@@ -124,7 +128,13 @@ def make_trend_surrogate(model: SingleTaskGP, prior_scale: float = DEFAULT_PRIOR
     kernel = LinearKernel().to(U) + ScaleKernel(rbf).to(U)
     with botorch_settings.validate_input_scaling(False):
         out = SingleTaskGP(U, y.unsqueeze(-1), covar_module=kernel, outcome_transform=None, input_transform=None)
-    out.likelihood.noise = model.likelihood.noise.detach()
+    if noise is None:
+        out.likelihood.noise = model.likelihood.noise.detach()
+    else:
+        noise_covar = out.likelihood.noise_covar
+        noise_covar.register_constraint("raw_noise", GreaterThan(0.0, transform=None))
+        noise_covar.noise = torch.full_like(noise_covar.raw_noise, float(noise))
+        noise_covar.raw_noise.requires_grad_(False)
     return out
 
 

@@ -81,3 +81,56 @@ def test_predict_and_gradient_come_from_the_same_surrogate(linear_trend):
         e = np.eye(6)[i] * h
         fd = (res.predict(x + e)[0][0] - res.predict(x - e)[0][0]) / (2 * h)
         assert res.gradient_mean[i] == pytest.approx(fd, rel=1e-5, abs=1e-8)
+
+
+def _wiggly_case():
+    # a linear black box on features of different scales, plus a weak interaction that oscillates across the box
+    # (x0 x3 spans about [-1.4, 3.3] there); found by the calibration sweep behind attribution_noise's docstring
+    scales = np.array([1, 10, 0.1, 1, 5, 1.0])
+    data = np.random.default_rng(0).normal(size=(300, 6)) * scales
+    a = np.array([1.0, -0.5, 2.0, 0, 0, 0.7])
+    f = lambda X: (X / scales) @ a + 0.1 * np.sin(X[:, 0] * X[:, 3])  # noqa: E731
+    x = data[3]
+    grad = a / scales
+    grad[0] += 0.1 * np.cos(x[0] * x[3]) * x[3]
+    grad[3] += 0.1 * np.cos(x[0] * x[3]) * x[0]
+    return f, data, x, grad
+
+
+def test_fixed_attribution_noise_interpolates_and_is_honest_about_the_unresolved_part():
+    f, data, x, grad = _wiggly_case()
+    kw = dict(acquisition="variance", budget=50, seed=3)
+    learned = LocalGPExplainer(f, data, **kw).explain(x)
+    fixed = LocalGPExplainer(f, data, attribution_noise=1e-6, **kw).explain(x)
+    # the same samples: the noise only changes the attribution surrogate, not the BO path
+    np.testing.assert_array_equal(learned.x_samples, fixed.x_samples)
+    np.testing.assert_array_equal(learned.relevance, fixed.relevance)
+    # with a learned noise, the interaction is averaged away: the slope of x0 misses its ~0.12 share, by many stds
+    z_learned = (learned.gradient_mean[0] - grad[0]) / learned.gradient_std[0]
+    assert abs(z_learned) > 4.0, z_learned
+    # with the noise fixed at 1e-6 the surrogate interpolates its samples and the slope of x0 is inside 2 stds
+    z_fixed = (fixed.gradient_mean[0] - grad[0]) / fixed.gradient_std[0]
+    assert abs(z_fixed) < 2.0, z_fixed
+    mean, std = fixed.predict(fixed.x_samples)
+    assert np.abs(mean - fixed.y_samples).max() < 1e-2 * fixed.y_samples.std()
+    mean_l, _ = learned.predict(learned.x_samples)
+    assert np.abs(mean_l - learned.y_samples).max() > 3 * np.abs(mean - fixed.y_samples).max()
+
+
+def test_fixed_attribution_noise_is_frozen_at_its_value():
+    U = torch.rand(20, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    y = torch.sin(3 * U[:, 0]) + U[:, 1]
+    y = (y - y.mean()) / y.std()
+    trend = make_trend_surrogate(make_surrogate(U, y), noise=1e-6)
+    assert fit_surrogate(trend) == []
+    assert trend.likelihood.noise.item() == pytest.approx(1e-6, rel=1e-12)
+    assert not trend.likelihood.noise_covar.raw_noise.requires_grad
+
+
+@pytest.mark.parametrize("bad", [0.0, -1e-3, 1.0, float("nan"), float("inf")])
+def test_attribution_noise_is_checked(bad):
+    data = _data()
+    with pytest.raises(ValueError, match="attribution_noise"):
+        LocalGPExplainer(lambda X: X[:, 0], data, attribution_noise=bad)
+    with pytest.raises(ValueError, match="linear_trend"):
+        LocalGPExplainer(lambda X: X[:, 0], data, attribution_noise=1e-6, linear_trend=False)
