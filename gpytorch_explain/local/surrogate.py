@@ -95,11 +95,11 @@ def make_trend_surrogate(
     with the lengthscale prior of :func:`make_surrogate` (lengthscales and noise warm-started from ``model``),
     :math:`s` and :math:`v` free. ``noise`` (a variance, in the units of the standardised targets) fixes the
     observation noise instead of warm-starting it from ``model`` and learning it: the parameter is frozen and its
-    lower bound (BoTorch's 1e-4) lowered to 0, so a tiny value makes the surrogate interpolate. In box units with the instance at the origin, the linear part is a Bayesian
-    linear model :math:`\boldsymbol\beta^\top\mathbf u`, :math:`\boldsymbol\beta\sim\mathcal N(\mathbf 0,
-    v\mathbf I)`, so the posterior gradient at the instance is :math:`\boldsymbol\beta` plus the RBF part's
-    gradient, each with its uncertainty (the kernel's derivatives are in closed form: sums, ``ScaleKernel``,
-    ``RBFKernel``, ``LinearKernel``). Fit it with :func:`fit_surrogate`.
+    lower bound (BoTorch's 1e-4) lowered to 0, so a tiny value makes the surrogate interpolate. In box units with
+    the instance at the origin, the linear part is a Bayesian linear model :math:`\boldsymbol\beta^\top\mathbf u`,
+    :math:`\boldsymbol\beta\sim\mathcal N(\mathbf 0, v\mathbf I)`, so the posterior gradient at the instance is
+    :math:`\boldsymbol\beta` plus the RBF part's gradient, each with its uncertainty (the kernel's derivatives are in
+    closed form: sums, ``ScaleKernel``, ``RBFKernel``, ``LinearKernel``). Fit it with :func:`fit_surrogate`.
 
     Example:
         >>> import torch
