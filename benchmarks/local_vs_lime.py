@@ -253,6 +253,7 @@ _ABBREV = {
     "output=": "",
     "num_restarts=": "nr=",
     "raw_samples=": "rs=",
+    "repeats=True": "repeats",  # made before the explainer replaced repeated proposals (lcb/ei/pi repeat points)
 }
 
 

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from botorch.optim import optimize_acqf, optimize_acqf_mixed
 from botorch.utils.sampling import draw_sobol_samples
+from gpytorch.utils.warnings import NumericalWarning
 
 from ..attribution import PosteriorGradient, PosteriorIntegratedGradients
 from .acquisition import ACQUISITIONS, make_acquisition
@@ -48,6 +49,8 @@ from .surrogate import DEFAULT_PRIOR_SCALE, fit_surrogate, loo_r2, make_surrogat
 __all__ = ["LocalGPExplainer"]
 
 _DT = torch.float64
+#: a proposed point this close (max-norm, box units) to a sample already taken counts as a repeat
+_DUPLICATE_TOL = 1e-6
 
 
 class LocalGPExplainer:
@@ -308,6 +311,7 @@ class LocalGPExplainer:
         y_all = self.black_box(X_all)
 
         messages: list[str] = []
+        self._replaced: list[int] = []
         state = None
         n_fit = 0
         stopped = False
@@ -359,6 +363,13 @@ class LocalGPExplainer:
                 bar.update(len(y_new))
         if bar is not None:
             bar.close()
+        if self._replaced:
+            at = ", ".join(map(str, self._replaced[:10])) + (", ..." if len(self._replaced) > 10 else "")
+            messages.append(
+                f"acquisition: '{self.acquisition}' proposed a point already sampled {len(self._replaced)} time(s) "
+                f"(at n = {at}); the point of maximum posterior std was taken instead, since a repeated call adds "
+                "nothing for a deterministic black box"
+            )
         return self._result(model, x, X_all, y_all, ym, ys, scale, baseline, messages, stopped)
 
     def _attribution_model(self, model, messages: list[str] | None = None):
@@ -378,7 +389,13 @@ class LocalGPExplainer:
 
     # ------------------------------------------------------------------ acquisition
     def _propose(self, model, u0, bounds, q, cat_pos, x, scale, rng) -> torch.Tensor:
-        """``q`` new points in box units, chosen greedily (fantasies with the posterior mean in between)."""
+        """``q`` new points in box units, chosen greedily (fantasies with the posterior mean in between).
+
+        A point that repeats one already sampled (within ``1e-6`` box units; EI and PI do this once the surrogate
+        is sure of the incumbent) is replaced by the point of maximum posterior std: a repeated call of a
+        deterministic black box adds no information, and repeats leave the attribution surrogate with fewer
+        distinct points than features. The replacement is reported in ``result.warnings``.
+        """
         combos = self._categorical_combos(cat_pos, x, scale, rng)
         cur = model
         chosen = []
@@ -393,32 +410,17 @@ class LocalGPExplainer:
                 num_mc_points=self.num_mc_points,
                 seed=int(rng.randint(0, 2**31 - 1)),
             )
-            opts = {"maxiter": 50, "seed": int(rng.randint(0, 2**31 - 1))}
-            if not combos:
-                cand, _ = optimize_acqf(
-                    acq,
-                    bounds=bounds,
-                    q=1,
-                    num_restarts=self.num_restarts,
-                    raw_samples=self.raw_samples,
-                    options=opts,
-                    retry_on_optimization_warning=False,
-                )
-            elif len(cat_pos) == u0.numel():  # only categorical features vary: score the combinations
+            if combos and len(cat_pos) == u0.numel():  # only categorical features vary: score the combinations
+                rng.randint(0, 2**31 - 1)  # the optimiser's seed, unused here (keeps the random stream unchanged)
                 pts = torch.tensor([[combo[p] for p in range(u0.numel())] for combo in combos], dtype=_DT)
                 with torch.no_grad():
                     cand = pts[int(acq(pts.unsqueeze(-2)).argmax())].unsqueeze(0)
             else:
-                cand, _ = optimize_acqf_mixed(
-                    acq,
-                    bounds=bounds,
-                    q=1,
-                    num_restarts=self.num_restarts,
-                    raw_samples=self.raw_samples,
-                    fixed_features_list=combos,
-                    options=opts,
-                    retry_on_optimization_warning=False,
-                )
+                cand = self._maximise(acq, bounds, combos, rng)
+                seen = torch.cat([cur.train_inputs[0], *chosen], dim=0)
+                if (seen - cand).abs().amax(-1).min() < _DUPLICATE_TOL:
+                    self._replaced.append(len(seen))
+                    cand = self._maximise(make_acquisition("variance", cur, u0, bounds), bounds, combos, rng)
             cand = cand.detach().reshape(1, -1)
             chosen.append(cand)
             if j < q - 1:
@@ -426,6 +428,32 @@ class LocalGPExplainer:
                     fantasy = cur.posterior(cand).mean
                 cur = cur.condition_on_observations(cand, fantasy)
         return torch.cat(chosen, dim=0)
+
+    def _maximise(self, acq, bounds, combos, rng) -> torch.Tensor:
+        """BoTorch's ``optimize_acqf`` (``optimize_acqf_mixed`` with categorical features) for one point."""
+        opts = {"maxiter": 50, "seed": int(rng.randint(0, 2**31 - 1))}
+        if not combos:
+            cand, _ = optimize_acqf(
+                acq,
+                bounds=bounds,
+                q=1,
+                num_restarts=self.num_restarts,
+                raw_samples=self.raw_samples,
+                options=opts,
+                retry_on_optimization_warning=False,
+            )
+        else:
+            cand, _ = optimize_acqf_mixed(
+                acq,
+                bounds=bounds,
+                q=1,
+                num_restarts=self.num_restarts,
+                raw_samples=self.raw_samples,
+                fixed_features_list=combos,
+                options=opts,
+                retry_on_optimization_warning=False,
+            )
+        return cand.detach().reshape(1, -1)
 
     def _categorical_combos(self, cat_pos, x, scale, rng) -> list[dict[int, float]]:
         if not cat_pos:
@@ -478,9 +506,12 @@ class LocalGPExplainer:
         def predict(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             if X.shape[-1] != D:
                 raise ValueError(f"X must be (m, {D}), got {X.shape}.")
-            with torch.no_grad():
+            with torch.no_grad(), warnings.catch_warnings():
+                # at a sampled point an interpolating surrogate's variance is round-off; gpytorch clamps it
+                warnings.filterwarnings("ignore", message="Negative variance", category=NumericalWarning)
                 post = amodel.posterior(self._to_u(X, x, scale))
-            return _to_numpy(post.mean[..., 0]) * ys + ym, np.sqrt(_to_numpy(post.variance[..., 0])) * ys
+                var = _to_numpy(post.variance[..., 0])
+            return _to_numpy(post.mean[..., 0]) * ys + ym, np.sqrt(np.clip(var, 0.0, None)) * ys
 
         return LocalExplanation(
             x=x.copy(),

@@ -34,3 +34,21 @@ def test_stopping_rule_gives_fewer_rows(data):
     assert res.stopped_early and len(res.y_samples) < 40 and res.x_samples.shape[0] == len(res.y_samples)
     assert (res.gradient_std < 0.5).all()  # the returned surrogate is the one that met the rule
     assert len(res.y_samples) >= 7  # x + 6 initial points, then at least one check
+
+
+def test_repeated_proposals_are_replaced_by_the_most_uncertain_point():
+    # EI and PI re-propose the incumbent once the surrogate is sure of it (a bowl whose minimum is inside the box);
+    # a repeated call of a deterministic black box is wasted, so the point of maximum posterior std is taken
+    # instead and the result says so. Every sampled row is distinct.
+    data = np.random.default_rng(0).normal(size=(200, 3))
+    centre = data[0] + 0.3
+    f = lambda X: ((X - centre) ** 2).sum(1)  # noqa: E731
+    for acquisition in ("pi", "ei"):
+        replaced = 0
+        for seed in range(3):
+            res = LocalGPExplainer(f, data, acquisition=acquisition, budget=25, seed=seed, raw_samples=16).explain(
+                data[0]
+            )
+            assert len(np.unique(res.x_samples, axis=0)) == 25, (acquisition, seed)
+            replaced += sum("proposed a point already sampled" in w for w in res.warnings)
+        assert replaced >= 1, acquisition
