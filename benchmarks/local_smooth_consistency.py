@@ -4,9 +4,11 @@
 The issue's test function on 6 standard-normal features (300 training rows, seed 0),
 f(x) = x·a + 0.1 sin(x₀x₁) with a = (1, −2, 0, 0.5, 0, 3) (features 2 and 4 have no effect), explained at the first
 ``--instances`` training rows with ``--repeats`` seeds each (seed 1000 r + i, as ``local_vs_lime.py``) at a budget
-of 50 calls. Scores: the ARD relevance 1/ℓ, the signed gradient times the feature's std, and LIME's coefficients
-at the same number of samples (``discretize_continuous=False``, as ``local_vs_lime.py``). Inconsistency is
-``gpytorch_explain.metrics.inconsistency`` (the BO-LIME paper's metric). Needs ``lime``.
+of 50 calls. Scores: the ARD relevance 1/ℓ (from the SAAS relevance surrogate, the default, or from the
+acquisition surrogate's log-normal prior, ``relevance_prior="lognormal"``), the signed gradient times the
+feature's std, and LIME's coefficients at the same number of samples (``discretize_continuous=False``, as
+``local_vs_lime.py``). Inconsistency is ``gpytorch_explain.metrics.inconsistency`` (the BO-LIME paper's metric).
+Needs ``lime``.
 
 Usage::
 
@@ -34,6 +36,11 @@ SETTINGS = {
     "variance (defaults)": dict(acquisition="variance"),
     "lcb r=2 s=0.5": dict(acquisition="lcb", interval=2.0, lengthscale_prior_scale=0.5),
     "variance r=2 s=0.5": dict(acquisition="variance", interval=2.0, lengthscale_prior_scale=0.5),
+    # 1/l from the acquisition surrogate's log-normal prior (the paper's score; the default before SAAS)
+    "lcb (defaults) lognormal": dict(acquisition="lcb", relevance_prior="lognormal"),
+    "variance r=2 s=0.5 lognormal": dict(
+        acquisition="variance", interval=2.0, lengthscale_prior_scale=0.5, relevance_prior="lognormal"
+    ),
 }
 
 

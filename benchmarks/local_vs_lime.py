@@ -202,6 +202,7 @@ def run(args, store: dict, path: str = STORE) -> None:
         "interval": args.interval,
         "lengthscale_prior_scale": args.prior_scale,
         "linear_trend": args.linear_trend == "on",
+        "relevance_prior": args.relevance_prior,
     }
     if args.n_initial is not None:
         setting_base["n_initial"] = args.n_initial
@@ -253,7 +254,8 @@ _ABBREV = {
     "output=": "",
     "num_restarts=": "nr=",
     "raw_samples=": "rs=",
-    "repeats=True": "repeats",  # made before the explainer replaced repeated proposals (lcb/ei/pi repeat points)
+    "repeats=True": "repeats",
+    "relevance_prior=": "rel=",  # made before the explainer replaced repeated proposals (lcb/ei/pi repeat points)
 }
 
 
@@ -379,6 +381,13 @@ def main(argv=None) -> None:
         default="on",
         help="LocalGPExplainer(linear_trend=...): the gradient from the surrogate with a linear trend (on, the "
         "library's default) or from the ARD RBF alone (off; every record made before the option existed)",
+    )
+    p.add_argument(
+        "--relevance-prior",
+        choices=["saas", "lognormal"],
+        default="saas",
+        help="LocalGPExplainer(relevance_prior=...): 1/l from a SAAS refit (the library's default) or from the "
+        "acquisition surrogate's log-normal prior (every record made before the option existed)",
     )
     p.add_argument("--n-initial", type=int, default=None, help="n_initial (default: the library's)")
     p.add_argument("--num-restarts", type=int, default=None, help="num_restarts (default: the library's)")

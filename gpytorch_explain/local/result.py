@@ -15,12 +15,17 @@ __all__ = ["LocalExplanation"]
 class LocalExplanation:
     r"""A local explanation of a black box at one instance ``x`` (all arrays numpy, in the user's units).
 
-    Two surrogates share the samples: the relevance comes from the paper's ARD-RBF surrogate; the gradient,
-    the integrated gradients, :meth:`predict` and ``fidelity`` from the attribution surrogate, which adds a linear
-    trend to it (``LocalGPExplainer(linear_trend=True)``, the default; with ``False`` both are the ARD-RBF one).
+    The surrogates share the samples. The acquisitions use the paper's ARD-RBF surrogate. The relevance comes from
+    an ARD-RBF refit with the SAAS shrinkage prior (``LocalGPExplainer(relevance_prior="saas")``, the default;
+    ``"lognormal"``: from the acquisition surrogate itself). The gradient, the integrated gradients,
+    :meth:`predict` and ``fidelity`` come from the attribution surrogate, which adds a linear trend to the ARD RBF
+    (``linear_trend=True``, the default; with ``False`` they come from the acquisition surrogate).
 
     :ivar relevance: ``(D,)`` ARD relevance :math:`1/\ell_i` (lengthscales in box units
-        :math:`r\sigma_i`) normalised to sum to 1 (the paper's score); 0 for zero-variance features.
+        :math:`r\sigma_i`) normalised to sum to 1 (the paper's score); 0 for zero-variance features, ≈ 0 (a
+        lengthscale of up to :math:`10^4` box half-widths) for features without a detectable effect under SAAS.
+    :ivar lengthscales: ``(D,)`` the lengthscales behind ``relevance``, in the user's units (``inf`` for
+        zero-variance features).
     :ivar gradient_mean: ``(D,)`` posterior mean of :math:`\partial f/\partial x_i` of the surrogate at ``x``.
     :ivar gradient_std: ``(D,)`` its posterior standard deviation (latent).
     :ivar integrated_gradients: ``(D,)`` posterior mean of the surrogate's integrated gradients from
