@@ -2,7 +2,8 @@
 """Explainers behind one interface: ``explain(x) -> ExplainerOutput(contributions (m, D), std, weights)``.
 
 GP explainers of this package (:class:`GPXExplainer`, :class:`IGExplainer`, :class:`GradientInputExplainer`,
-:class:`ARDExplainer`, :class:`KLExplainer`), global linear models (:class:`LinearExplainer`) and, importing
+:class:`ARDExplainer`, :class:`KLExplainer`), global linear models (:class:`LinearExplainer`), the black-box
+:class:`LocalGPExplainerAdapter` (BO-LIME, :class:`~gpytorch_explain.LocalGPExplainer` row by row) and, importing
 their optional packages lazily, LIME, Kernel SHAP and Captum IG.
 """
 
@@ -10,11 +11,8 @@ from .agnostic import CaptumIGExplainer, KernelShapExplainer, LimeExplainer
 from .base import Explainer, ExplainerOutput
 from .gp import ARDExplainer, GPXExplainer, GradientInputExplainer, IGExplainer, KLExplainer
 from .linear import LinearExplainer
+from .local import LocalGPExplainerAdapter
 from .plotting import plot_summary, plot_weight_maps
-
-# LocalGPExplainer: being built on branch `local` (another helper). When it lands, add an adapter here:
-#     class LocalGPExplainerAdapter(Explainer): name = "LocalGP"; explain(x) -> ExplainerOutput(...)
-# and export it in __all__.
 
 __all__ = [
     "ARDExplainer",
@@ -28,6 +26,7 @@ __all__ = [
     "KernelShapExplainer",
     "LimeExplainer",
     "LinearExplainer",
+    "LocalGPExplainerAdapter",
     "plot_summary",
     "plot_weight_maps",
 ]
