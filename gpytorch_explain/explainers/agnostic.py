@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .base import Explainer, ExplainerOutput, to_numpy
+from .base import Explainer, ExplainerOutput, safe_ratio, to_numpy
 
 __all__ = ["CaptumIGExplainer", "KernelShapExplainer", "LimeExplainer"]
 
@@ -23,10 +23,6 @@ def _require(module: str, extra: str):
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(f"{extra} needs the optional package '{module.split('.')[0]}' (pip install it).") from exc
-
-
-def _safe_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    return np.where(den != 0, num / np.where(den != 0, den, 1.0), 0.0)
 
 
 class LimeExplainer(Explainer):
@@ -90,7 +86,7 @@ class KernelShapExplainer(Explainer):
             np.random.seed(self.seed)  # KernelExplainer samples coalitions with numpy's global generator
         values = np.asarray(self.explainer.shap_values(xa, nsamples=self.nsamples, silent=True), dtype=np.float64)
         values = values.reshape(xa.shape)
-        return ExplainerOutput(values, None, _safe_ratio(values, xa - self.background.mean(0)))
+        return ExplainerOutput(values, None, safe_ratio(values, xa - self.background.mean(0)))
 
 
 class CaptumIGExplainer(Explainer):
@@ -117,4 +113,4 @@ class CaptumIGExplainer(Explainer):
         base = torch.zeros_like(xt) if self.baseline is None else self.baseline.to(xt).expand_as(xt)
         attr = self.ig.attribute(xt, baselines=base, n_steps=self.n_steps, method=self.method)
         a = to_numpy(attr)
-        return ExplainerOutput(a, None, _safe_ratio(a, to_numpy(xt - base)))
+        return ExplainerOutput(a, None, safe_ratio(a, to_numpy(xt - base)))

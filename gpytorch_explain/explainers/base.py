@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["Explainer", "ExplainerOutput", "to_numpy"]
+__all__ = ["Explainer", "ExplainerOutput", "safe_ratio", "to_numpy"]
 
 
 def to_numpy(value) -> np.ndarray | None:
@@ -20,6 +20,11 @@ def to_numpy(value) -> np.ndarray | None:
     if torch.is_tensor(value):
         return value.detach().cpu().double().numpy()
     return np.asarray(value, dtype=np.float64)
+
+
+def safe_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``num / den`` elementwise, 0 where ``den == 0`` (weights = contribution / (x - baseline))."""
+    return np.where(den != 0, num / np.where(den != 0, den, 1.0), 0.0)
 
 
 @dataclass

@@ -7,16 +7,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .base import Explainer, ExplainerOutput, to_numpy
+from .base import Explainer, ExplainerOutput, safe_ratio, to_numpy
 
 __all__ = ["LocalGPExplainerAdapter"]
 
 #: what the adapter reports as contributions (see :class:`LocalGPExplainerAdapter`)
 SCORES = ("integrated_gradients", "gradient_input", "relevance")
-
-
-def _safe_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    return np.where(den != 0, num / np.where(den != 0, den, 1.0), 0.0)
 
 
 class LocalGPExplainerAdapter(Explainer):
@@ -86,7 +82,7 @@ class LocalGPExplainerAdapter(Explainer):
         if self.score == "integrated_gradients":
             ig = np.stack([r.integrated_gradients for r in self.results])
             std = np.stack([r.integrated_gradients_std for r in self.results])
-            return ExplainerOutput(ig, std, _safe_ratio(ig, diff))
+            return ExplainerOutput(ig, std, safe_ratio(ig, diff))
         if self.score == "gradient_input":
             g = np.stack([r.gradient_mean for r in self.results])
             s = np.stack([r.gradient_std for r in self.results])
