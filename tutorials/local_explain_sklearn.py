@@ -17,7 +17,8 @@
 # plain functions) at one instance $\mathbf x$. It fits a GP surrogate to the model's outputs on samples near
 # $\mathbf x$, chosen one batch at a time by Bayesian optimisation (BO-LIME, Saini & Prasad), and reports
 #
-# * the surrogate's ARD relevance $1/\ell_j$ (normalised to sum to 1; the BO-LIME score);
+# * the surrogate's ARD relevance $1/\ell_j$ (normalised to sum to 1; the BO-LIME score), from a refit with the
+#   SAAS shrinkage prior, so features without a detectable effect get $\approx 0$;
 # * the exact posterior of the signed local gradient $\partial f / \partial x_j$ at $\mathbf x$;
 # * the exact posterior of the integrated gradients from a local baseline,
 #
