@@ -20,8 +20,8 @@ class LocalGPExplainerAdapter(Explainer):
 
     Each of the ``m`` rows gets its own explanation (``budget`` black-box calls each, the same ``seed`` for
     every row); the full :class:`~gpytorch_explain.local.LocalExplanation` objects of the last call are kept in
-    :attr:`results`. With :math:`\mathbf b` the local baseline (``baseline``, default: the training mean clipped to
-    the sampling box; :attr:`LocalExplanation.baseline`), ``score`` picks the contributions:
+    ``results``. With :math:`\mathbf b` the local baseline (``baseline``, default: the training mean clipped to
+    the sampling box; ``LocalExplanation.baseline``), ``score`` picks the contributions:
 
     * ``"integrated_gradients"`` (default, additive): the surrogate's integrated gradients from
       :math:`\mathbf b` with their posterior std (they add up to the surrogate's
