@@ -68,13 +68,24 @@ def black_boxes() -> dict:
     }
 
 
-def sweep(acquisition: str, noise: float | None, instances: int, budget: int) -> tuple[list[str], int, int, float]:
+def sweep(
+    acquisition: str, noise: float | None, instances: int, budget: int, interval: float = 1.0, prior_scale: float = 1.0
+) -> tuple[list[str], int, int, float]:
     data = np.random.default_rng(0).normal(size=(300, 6)) * SCALES
     lines, covered, total, zs = [], 0, 0, []
     for name, (f, grad) in black_boxes().items():
         hits = 0
         for i in range(instances):
-            ex = LocalGPExplainer(f, data, acquisition=acquisition, budget=budget, seed=i, attribution_noise=noise)
+            ex = LocalGPExplainer(
+                f,
+                data,
+                acquisition=acquisition,
+                budget=budget,
+                seed=i,
+                attribution_noise=noise,
+                interval=interval,
+                lengthscale_prior_scale=prior_scale,
+            )
             res = ex.explain(data[i])
             z = (res.gradient_mean - grad(data[i])) / np.maximum(res.gradient_std, 1e-300)
             hits += int((np.abs(z) <= 2).sum())
@@ -90,6 +101,8 @@ def main() -> None:
     p.add_argument("--acquisitions", nargs="+", default=["variance", "gradient", "lcb"])
     p.add_argument("--instances", type=int, default=4)
     p.add_argument("--budget", type=int, default=50)
+    p.add_argument("--interval", type=float, default=1.0, help="box half-width in stds (library default 1)")
+    p.add_argument("--prior-scale", type=float, default=1.0, help="lengthscale_prior_scale (library default 1)")
     p.add_argument("--out", default=str(RESULTS / "local_gradient_calibration.txt"))
     args = p.parse_args()
     warnings.simplefilter("ignore")
@@ -97,13 +110,13 @@ def main() -> None:
     out = [
         "LocalGPExplainer: two-std coverage of the true gradient on smooth black boxes "
         f"(benchmarks/local_gradient_calibration.py {' '.join(sys.argv[1:])})",
-        f"4 black boxes x {args.instances} instances x 6 features, budget {args.budget}, library defaults otherwise "
-        "(interval 1, lengthscale_prior_scale 1, linear_trend=True).",
+        f"4 black boxes x {args.instances} instances x 6 features, budget {args.budget}, interval {args.interval:g}, "
+        f"lengthscale_prior_scale {args.prior_scale:g}, library defaults otherwise (linear_trend=True).",
         "",
     ]
     for acq in args.acquisitions:
         for noise in (None, 1e-6):
-            lines, covered, total, med = sweep(acq, noise, args.instances, args.budget)
+            lines, covered, total, med = sweep(acq, noise, args.instances, args.budget, args.interval, args.prior_scale)
             label = "learned" if noise is None else f"{noise:g}"
             out.append(
                 f"{acq:9s} attribution_noise={label:8s} covered {covered:3d} / {total} ({covered / total:.2f}), "
