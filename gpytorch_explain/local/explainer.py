@@ -65,6 +65,18 @@ RELEVANCE_PRIORS = ("saas", "lognormal")
 _NO_EFFECT_LENGTHSCALE = 100.0
 
 
+def _relevance_of(model) -> torch.Tensor:
+    """Normalised :math:`1/\\ell` of an ARD-RBF surrogate (plain or inside a ``ScaleKernel``)."""
+    kernel = model.covar_module
+    inv = 1.0 / getattr(kernel, "base_kernel", kernel).lengthscale.reshape(-1)
+    return inv / inv.sum()
+
+
+def _tagged(tag: str, model, **kwargs) -> list[str]:
+    """``fit_surrogate(model, **kwargs)``'s messages, each prefixed by the surrogate's role."""
+    return [f"{tag}: {m}" for m in fit_surrogate(model, **kwargs)]
+
+
 class LocalGPExplainer:
     r"""Explain any black box locally with a GP surrogate sampled by Bayesian optimisation.
 
@@ -357,8 +369,13 @@ class LocalGPExplainer:
             n = len(y_all)
             if state is None or n >= self.budget or n >= self.refit_growth * n_fit:
                 final = n >= self.budget
-                messages += fit_surrogate(
-                    model, maxiter=self.final_maxiter if final else self.refit_maxiter, final=final
+                messages += _tagged(
+                    "acquisition surrogate",
+                    model,
+                    maxiter=self.final_maxiter if final else self.refit_maxiter,
+                    final=final,
+                    watch=_relevance_of if final and self.relevance_prior == "lognormal" else None,
+                    watch_label="normalised relevances",
                 )
                 n_fit = n
             else:
@@ -368,11 +385,17 @@ class LocalGPExplainer:
                 break
             if self.gradient_tol is not None and self._gradient_ok(model, u0, ys, scale):
                 if n_fit != n:  # the rule holds with the old hyperparameters: refit on all samples, check again
-                    messages += fit_surrogate(model, maxiter=self.refit_maxiter, final=False)
+                    messages += _tagged("acquisition surrogate", model, maxiter=self.refit_maxiter, final=False)
                     n_fit = n
                     state = model.state_dict()
                 if self._gradient_ok(model, u0, ys, scale):
-                    messages += fit_surrogate(model, maxiter=self.final_maxiter)  # the result's fit, to convergence
+                    messages += _tagged(  # the result's fit, to convergence
+                        "acquisition surrogate",
+                        model,
+                        maxiter=self.final_maxiter,
+                        watch=_relevance_of if self.relevance_prior == "lognormal" else None,
+                        watch_label="normalised relevances",
+                    )
                     stopped = True
                     break
             with warnings.catch_warnings(record=True) as caught:
@@ -412,7 +435,10 @@ class LocalGPExplainer:
         if self.relevance_prior == "lognormal":
             return _to_numpy(model.covar_module.lengthscale.reshape(-1))
         rmodel = make_relevance_surrogate(model)
-        messages += [f"relevance surrogate: {m}" for m in fit_surrogate(rmodel, maxiter=self.final_maxiter)]
+        fit_messages = fit_surrogate(
+            rmodel, maxiter=self.final_maxiter, watch=_relevance_of, watch_label="normalised relevances"
+        )
+        messages += [f"relevance surrogate: {m}" for m in fit_messages]
         ell = _to_numpy(rmodel.covar_module.base_kernel.lengthscale.reshape(-1))
         if (ell > _NO_EFFECT_LENGTHSCALE).all():
             messages.append(

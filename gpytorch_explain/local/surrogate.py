@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import torch
 from botorch import settings as botorch_settings
@@ -209,7 +210,14 @@ def _fit_once(model: SingleTaskGP, maxiter: int) -> tuple[list[str], Optimizatio
 CONVERGED_IMPROVEMENT = 1e-6
 
 
-def fit_surrogate(model: SingleTaskGP, maxiter: int = 200, *, final: bool = True) -> list[str]:
+def fit_surrogate(
+    model: SingleTaskGP,
+    maxiter: int = 200,
+    *,
+    final: bool = True,
+    watch: Callable[[SingleTaskGP], Tensor] | None = None,
+    watch_label: str = "watched quantity",
+) -> list[str]:
     r"""Maximise the marginal likelihood (plus priors) with L-BFGS-B from the current hyperparameters.
 
     No random restarts (so the fit is deterministic). Returns the warnings raised and any non-success status
@@ -222,6 +230,11 @@ def fit_surrogate(model: SingleTaskGP, maxiter: int = 200, *, final: bool = True
         continuation improves the objective by at most :data:`CONVERGED_IMPROVEMENT` per sample, the fit had
         converged in value and the first fit's hyperparameters are kept, without a message; otherwise the
         continued fit is kept, and reported with its numbers if it reached the limit again.
+    :param watch: optional map from the model to the quantity the caller reports from it (e.g. the normalised
+        relevances); a fit reported as not converged then also says how far that quantity moved (max-abs) over the
+        continuation, so that the reader can judge whether the missing convergence matters for the result.
+        It is evaluated without gradients and does not change the fit.
+    :param watch_label: how the message names ``watch``'s quantity.
     """
     messages, status, fval = _fit_once(model, maxiter)
     if status is not OptimizationStatus.STOPPED:
@@ -230,6 +243,7 @@ def fit_surrogate(model: SingleTaskGP, maxiter: int = 200, *, final: bool = True
     if not final:
         return others
     settled = {k: v.clone() for k, v in model.state_dict().items()}
+    before = _watched(model, watch)
     more, status2, fval2 = _fit_once(model, maxiter)
     gain = fval - fval2
     if gain <= CONVERGED_IMPROVEMENT:  # converged in value: keep the first fit (the continuation only drifts)
@@ -237,12 +251,23 @@ def fit_surrogate(model: SingleTaskGP, maxiter: int = 200, *, final: bool = True
         return others
     others += [m for m in more if "STOPPED" not in m]
     if status2 is OptimizationStatus.STOPPED:
+        moved = ""
+        after = _watched(model, watch)
+        if before is not None and after is not None and before.shape == after.shape:
+            moved = f" (the {watch_label} moved by up to {float((after - before).abs().max()):.2g} over them)"
         others.append(
             f"surrogate fit (n={model.train_targets.numel()}) did not converge in {2 * maxiter} L-BFGS-B iterations: "
             f"the objective per sample went {fval:.6g} -> {fval2:.6g} over the last {maxiter} and may still "
-            "improve; raise final_maxiter or check the black box's outputs."
+            f"improve{moved}; raise final_maxiter or check the black box's outputs."
         )
     return others
+
+
+def _watched(model: SingleTaskGP, watch: Callable[[SingleTaskGP], Tensor] | None) -> Tensor | None:
+    if watch is None:
+        return None
+    with torch.no_grad():
+        return torch.as_tensor(watch(model)).detach().reshape(-1).clone()
 
 
 def log_posterior(model: SingleTaskGP) -> float:

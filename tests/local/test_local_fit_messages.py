@@ -70,6 +70,23 @@ def test_final_fit_still_improving_is_reported_with_numbers(monkeypatch):
     assert "did not converge in 10 L-BFGS-B iterations" in msg and "1 -> 0.9" in msg
 
 
+def test_unconverged_fit_says_how_far_the_watched_quantity_moved(monkeypatch):
+    model = _model()
+    _script(monkeypatch, [(OptimizationStatus.STOPPED, 1.0), (OptimizationStatus.STOPPED, 0.9)])
+    watch = lambda m: m.likelihood.noise_covar.raw_noise  # noqa: E731 (the scripted continuation adds 1.0 to it)
+    (msg,) = S.fit_surrogate(model, maxiter=5, watch=watch, watch_label="raw noise")
+    assert "(the raw noise moved by up to 1 over them)" in msg
+
+
+def test_watch_does_not_change_the_fit():
+    plain, watched = _model(), _model()
+    S.fit_surrogate(plain, maxiter=3)
+    msgs = S.fit_surrogate(watched, maxiter=3, watch=lambda m: m.covar_module.lengthscale, watch_label="lengthscales")
+    assert any("the lengthscales moved by up to" in m for m in msgs)
+    for (k, a), (_, b) in zip(plain.state_dict().items(), watched.state_dict().items(), strict=True):
+        assert torch.equal(a, b), k
+
+
 def test_real_fit_with_a_tiny_limit_is_reported_and_a_long_one_is_not():
     model = _model()
     assert any("did not converge" in m for m in S.fit_surrogate(model, maxiter=1))
