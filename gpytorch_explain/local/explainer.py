@@ -61,8 +61,9 @@ _DT = torch.float64
 _DUPLICATE_TOL = 1e-6
 #: how the relevance's lengthscales are estimated (see ``LocalGPExplainer(relevance_prior=...)``)
 RELEVANCE_PRIORS = ("saas", "lognormal")
-#: a lengthscale beyond this many box half-widths changes the surrogate by < 2e-4 of its variance across the box
-_NO_EFFECT_LENGTHSCALE = 100.0
+#: the relevance surrogate's slope scale along feature i, sqrt(outputscale) / l_i (the prior std of its derivative, in
+#: standardised outputs per box half-width); below this for every feature, it found no feature with an effect
+_NO_EFFECT_SLOPE = 0.01
 
 
 def _relevance_of(model) -> torch.Tensor:
@@ -440,11 +441,15 @@ class LocalGPExplainer:
         )
         messages += [f"relevance surrogate: {m}" for m in fit_messages]
         ell = _to_numpy(rmodel.covar_module.base_kernel.lengthscale.reshape(-1))
-        if (ell > _NO_EFFECT_LENGTHSCALE).all():
+        # a long lengthscale alone is no evidence of "no effect": on a (locally) linear black box every lengthscale
+        # runs long while the output scale grows with it, and sqrt(outputscale) / l_i is the slope scale that stays
+        slope = float(rmodel.covar_module.outputscale.detach().sqrt()) / ell
+        if (slope < _NO_EFFECT_SLOPE).all():
             messages.append(
-                "relevance: the SAAS surrogate found no feature with an effect in the box (every lengthscale "
-                f"> {_NO_EFFECT_LENGTHSCALE:g} box half-widths, the shortest {ell.min():.3g}); the relevances are "
-                "near-uniform and mean nothing. Check fidelity, the black box's output range or the interval."
+                "relevance: the SAAS surrogate found no feature with an effect in the box (the prior std of its "
+                f"slope along every feature, sqrt(outputscale) / lengthscale, is below {_NO_EFFECT_SLOPE:g} output "
+                f"stds per box half-width, the largest {slope.max():.3g}); the relevances mean nothing. Check "
+                "fidelity, the black box's output range or the interval."
             )
         return ell
 

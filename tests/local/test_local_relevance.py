@@ -60,6 +60,17 @@ def test_constant_black_box_warns_that_relevance_means_nothing():
     assert any("found no feature with an effect" in w for w in res.warnings)
 
 
+def test_linear_black_box_is_not_reported_as_without_effect():
+    # every SAAS lengthscale runs long on a linear function (its output scale grows with them): that is not "no
+    # effect", and the relevances order the features by their slope times their box half-width
+    scales = np.array([1.0, 10.0, 0.1])
+    data = np.random.RandomState(1).randn(300, 3) * scales
+    slopes = np.array([1.0, 0.05, 4.0])  # effects across the box: 1, 0.5, 0.4 (box units: std-scaled)
+    res = LocalGPExplainer(lambda X: X @ slopes, data, budget=17, seed=5, raw_samples=16).explain(data[7])
+    assert not any("found no feature with an effect" in w for w in res.warnings), res.warnings
+    assert list(np.argsort(-res.relevance)) == [0, 1, 2], res.relevance
+
+
 def test_bad_relevance_prior():
     with pytest.raises(ValueError, match="relevance_prior"):
         LocalGPExplainer(lambda X: X[:, 0], np.random.RandomState(0).randn(20, 2), relevance_prior="horseshoe")
