@@ -144,7 +144,8 @@ class LocalGPExplainer:
         smooth 6-feature black boxes x 4 instances at 50 calls (``"variance"``) the true gradient was inside two
         stds for 86 of 96 features with the learned noise and 91 of 96 with ``1e-6``. Not for piecewise-constant
         models (trees, forests, boosting): the interpolant follows their jumps and the gradient at ``x`` swings
-        with every step (the learned noise is the right choice there). Needs ``linear_trend=True``.
+        with every step (the learned noise is the right choice there). Needs ``linear_trend=True``. When the slope at
+        ``x`` itself matters (structure varying inside the box), combine it with ``stencil``.
     :param relevance_prior: how the lengthscales behind ``relevance`` are estimated, on the final samples.
         ``"saas"`` (default): a separate ARD-RBF fit with the SAAS shrinkage prior
         (``gpytorch_explain.local.surrogate.make_relevance_surrogate``), under which a feature without a detectable
