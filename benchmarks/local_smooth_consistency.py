@@ -33,6 +33,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 A = np.array([1.0, -2.0, 0.0, 0.5, 0.0, 3.0])
 SETTINGS = {
     "lcb (defaults)": dict(acquisition="lcb"),
+    "lcb, no stencil": dict(acquisition="lcb", stencil=None),
     "variance (defaults)": dict(acquisition="variance"),
     "lcb r=2 s=0.5": dict(acquisition="lcb", interval=2.0, lengthscale_prior_scale=0.5),
     "variance r=2 s=0.5": dict(acquisition="variance", interval=2.0, lengthscale_prior_scale=0.5),

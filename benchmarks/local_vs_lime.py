@@ -212,6 +212,8 @@ def run(args, store: dict, path: str = STORE) -> None:
         setting_base["raw_samples"] = args.raw_samples
     if args.output == "logit":
         setting_base["output"] = "logit"
+    if args.stencil != "auto":
+        setting_base["stencil"] = None if args.stencil == "none" else float(args.stencil)
     tasks = []
     for name in args.datasets:
         cells = [(i, r) for i in range(args.instances) for r in range(args.repeats)]
@@ -255,6 +257,8 @@ _ABBREV = {
     "num_restarts=": "nr=",
     "raw_samples=": "rs=",
     "repeats=True": "repeats",
+    # made before stencil="auto" and the trend surrogate's broad noise prior became the defaults (2026-11-28)
+    "pre_stencil=True": "pre-stencil",
     "relevance_prior=": "rel=",  # made before the explainer replaced repeated proposals (lcb/ei/pi repeat points)
 }
 
@@ -390,6 +394,9 @@ def main(argv=None) -> None:
         "acquisition surrogate's log-normal prior (every record made before the option existed)",
     )
     p.add_argument("--n-initial", type=int, default=None, help="n_initial (default: the library's)")
+    p.add_argument(
+        "--stencil", default="auto", help="LocalGPExplainer(stencil=...): 'auto' (the library's default), 'none' or δ"
+    )
     p.add_argument("--num-restarts", type=int, default=None, help="num_restarts (default: the library's)")
     p.add_argument("--raw-samples", type=int, default=None, help="raw_samples (default: the library's)")
     p.add_argument(

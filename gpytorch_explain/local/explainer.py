@@ -13,7 +13,9 @@ attributions with a standard deviation, and the ``"gradient"`` acquisition sampl
 
 Design, per :meth:`LocalGPExplainer.explain`:
 
-1. call the black box on ``x`` and ``n_initial`` scrambled-Sobol points of the box (one batch);
+1. call the black box on ``x``, the central-difference stencil :math:`\mathbf x \pm \delta r\sigma_i\mathbf e_i`
+   (``stencil``; by default when it leaves a quarter of the budget to BO) and ``n_initial`` scrambled-Sobol points
+   of the box (one batch);
 2. until ``budget`` rows are used: refit the surrogate (warm start; see ``refit_growth``), then choose ``q`` points
    (greedy, each conditioned on the previous ones with the posterior mean as the fantasised value:
    exact for the variance-type acquisitions, the "kriging believer" for EI/PI/LCB) and call the black box on
@@ -64,6 +66,8 @@ RELEVANCE_PRIORS = ("saas", "lognormal")
 #: the relevance surrogate's slope scale along feature i, sqrt(outputscale) / l_i (the prior std of its derivative, in
 #: standardised outputs per box half-width); below this for every feature, it found no feature with an effect
 _NO_EFFECT_SLOPE = 0.01
+#: the stencil half-width (box half-widths) that ``stencil="auto"`` uses
+AUTO_STENCIL = 0.1
 
 
 def _relevance_of(model) -> torch.Tensor:
@@ -135,17 +139,14 @@ class LocalGPExplainer:
         sampled by ``"variance"``: the true gradient outside two stds for half the features, against 1 in 9 with
         the trend; ``tests/local/test_local_trend.py``).
     :param attribution_noise: ``None`` (default): the attribution surrogate learns its observation-noise
-        variance. A number fixes it, in units of the standardised output's variance, e.g. ``1e-6`` for a
-        **smooth deterministic** model (a fitted network, a closed-form simulator). With a learned noise, a small
-        smooth part of the black box that the kernel cannot resolve with ``budget`` samples (e.g. a weak
-        interaction that oscillates across the box) is averaged away as noise, and the gradient's std then
-        shrinks like noise / sqrt(n) while its mean misses that part: confidently wrong. A fixed tiny noise makes
-        the surrogate interpolate the samples, so the unexplained part is function, with its uncertainty. On 4
-        smooth 6-feature black boxes x 4 instances at 50 calls (``"variance"``) the true gradient was inside two
-        stds for 86 of 96 features with the learned noise and 91 of 96 with ``1e-6``. Not for piecewise-constant
-        models (trees, forests, boosting): the interpolant follows their jumps and the gradient at ``x`` swings
-        with every step (the learned noise is the right choice there). Needs ``linear_trend=True``. When the slope at
-        ``x`` itself matters (structure varying inside the box), combine it with ``stencil``.
+        variance under a broad prior that lets it fall to 1e-6 (``TREND_NOISE_PRIOR``, ``TREND_NOISE_FLOOR`` in
+        ``gpytorch_explain.local.surrogate``): a black box is deterministic, so the noise only stands for what the
+        kernel cannot resolve: ~0 on a smooth model (the surrogate then nearly interpolates and the unexplained part
+        stays function, with its uncertainty), large on a tree ensemble's steps. A number fixes it, in units of the
+        standardised output's variance, e.g. ``1e-6`` to force interpolation. Before 2026-11-28 the default was
+        BoTorch's noise prior (LogNormal(-4, 1), floor 1e-4), which averaged a weak interaction that oscillates
+        across the box away as noise: the gradient's std shrank like noise / sqrt(n) while its mean missed that
+        part, tens of stds off (docs/local.md). Needs ``linear_trend=True``.
     :param relevance_prior: how the lengthscales behind ``relevance`` are estimated, on the final samples.
         ``"saas"`` (default): a separate ARD-RBF fit with the SAAS shrinkage prior
         (``gpytorch_explain.local.surrogate.make_relevance_surrogate``), under which a feature without a detectable
@@ -154,14 +155,16 @@ class LocalGPExplainer:
         no-effect feature at a finite lengthscale: 15-17 % of the total for two no-effect features out of six on
         a smooth black box, against 0.3 % with ``"saas"``, ``benchmarks/results/local_smooth_consistency.txt``).
         The acquisitions, the gradient and IG do not depend on it.
-    :param stencil: ``None`` (default) or a half-width :math:`\delta` in box half-widths: the first call then also
-        evaluates the central-difference stencil :math:`\mathbf x \pm \delta\, r\sigma_i\mathbf e_i` of every
-        perturbed continuous feature (``2 x`` their number of rows, before the Sobol points), so the slope at ``x``
-        is pinned by samples rather than by the surrogate's smoothness. With ``attribution_noise=1e-6`` on a
-        smooth model this fixed the confident gradient misses documented in docs/local.md (an interaction that
-        oscillates inside the box: 25-35 stds off without it, within 1 std with ``stencil=0.1``). With a learned
-        noise the surrogate may treat the stencil's local slope as noise. Costs ``2 x`` the continuous features'
-        count of the budget.
+    :param stencil: ``"auto"`` (default), ``None`` or a half-width :math:`\delta` in box half-widths: the first
+        call then also evaluates the central-difference stencil :math:`\mathbf x \pm \delta\, r\sigma_i\mathbf e_i`
+        of every perturbed continuous feature (``2 x`` their number of rows, before the Sobol points), so the slope
+        at ``x`` is pinned by samples rather than by the surrogate's smoothness. ``"auto"`` uses
+        :math:`\delta` = ``AUTO_STENCIL`` (0.1) when ``x``, the stencil and the ``n_initial`` Sobol points leave at
+        least a quarter of the budget (and 2 calls) to the acquisition, and no stencil otherwise (e.g. 13 features
+        at 50 calls: on; 30 features at 50 calls: off). On 6 smooth 6-feature black boxes x 8 instances at 50
+        calls (``"lcb"``) the true gradient was inside two stds for 285 of 288 features with the defaults, 266
+        with ``stencil=None``, and 230 before both this and the trend surrogate's noise prior were defaults (largest
+        miss 52 stds; ``benchmarks/results/local_gradient_calibration.txt``).
     :param input_type: ``"auto"``, ``"numpy"`` or ``"torch"`` (what ``predict_fn`` receives).
     :param num_threads: torch threads during :meth:`explain` (restored afterwards). The surrogate's matrices
         are tiny (``budget`` rows), where thread start-up dominates: one thread is ~100x faster on a loaded
@@ -207,7 +210,7 @@ class LocalGPExplainer:
         linear_trend: bool = True,
         attribution_noise: float | None = None,
         relevance_prior: str = "saas",
-        stencil: float | None = None,
+        stencil: float | str | None = "auto",
     ):
         data = training_data.detach().cpu().numpy() if torch.is_tensor(training_data) else training_data
         data = np.asarray(data, dtype=np.float64)
@@ -280,11 +283,19 @@ class LocalGPExplainer:
         if relevance_prior not in RELEVANCE_PRIORS:
             raise ValueError(f"Unknown relevance_prior {relevance_prior!r}; choose one of {RELEVANCE_PRIORS}.")
         self.relevance_prior = relevance_prior
-        if stencil is not None:
+        n_cont = sum(1 for j in self.active if j not in self.categorical_features)
+        if isinstance(stencil, str):
+            if stencil != "auto":
+                raise ValueError(f"stencil must be 'auto', None or a half-width in (0, 1], got {stencil!r}.")
+            # on when x + the stencil + the Sobol points leave a quarter of the budget (at least 2 calls) to BO
+            first = 1 + 2 * n_cont + self.n_initial
+            stencil = AUTO_STENCIL if n_cont > 0 and self.budget - first >= max(2, self.budget // 4) else None
+        elif stencil is not None:
             stencil = float(stencil)
             if not (0.0 < stencil <= 1.0):
-                raise ValueError(f"stencil must be None or a half-width in (0, 1] box half-widths, got {stencil}.")
-            n_cont = sum(1 for j in self.active if j not in self.categorical_features)
+                raise ValueError(
+                    f"stencil must be 'auto', None or a half-width in (0, 1] box half-widths, got {stencil}."
+                )
             if n_cont == 0:
                 raise ValueError("stencil needs a perturbed continuous feature; every one here is categorical.")
             if self.budget < 1 + 2 * n_cont + self.n_initial + 1:

@@ -2,7 +2,9 @@
 
 The calibration case is an interaction that oscillates inside the box (f = x·a + 0.1 sin(x₀x₁) with x₀x₁ sweeping
 about ±9 rad): without the stencil the slope of x₀ is reported tens of stds off; with the stencil and an
-interpolating attribution surrogate (``attribution_noise=1e-6``) every slope is within two stds of the analytic one.
+interpolating attribution surrogate (``attribution_noise=1e-6``, or the default learned noise, whose prior lets it
+fall to 1e-6) every slope is within two stds of the analytic one. ``stencil="auto"`` (the default) uses δ = 0.1
+when the stencil leaves a quarter of the budget to the acquisition.
 """
 
 import numpy as np
@@ -67,9 +69,44 @@ def test_stencil_with_an_interpolating_surrogate_covers_an_oscillating_interacti
     x = data[0]
     truth = _true_gradient(x)
     kw = dict(budget=50, seed=0, acquisition="variance", attribution_noise=1e-6)
-    plain = LocalGPExplainer(_f, data, **kw).explain(x)
+    plain = LocalGPExplainer(_f, data, stencil=None, **kw).explain(x)
     z_plain = np.abs(plain.gradient_mean - truth) / plain.gradient_std
     assert z_plain[0] > 5  # the miss the stencil is for (25 stds when recorded)
     res = LocalGPExplainer(_f, data, stencil=0.1, **kw).explain(x)
     z = np.abs(res.gradient_mean - truth) / res.gradient_std
     assert np.all(z < 2.0), z
+
+
+def test_the_defaults_cover_the_oscillating_interaction():
+    # stencil="auto" (on: 1 + 12 + 10 first rows leave 27 of 50 calls) and the learned noise under its broad prior
+    data = _data()
+    x = data[0]
+    truth = _true_gradient(x)
+    res = LocalGPExplainer(_f, data, budget=50, seed=0).explain(x)
+    z = np.abs(res.gradient_mean - truth) / res.gradient_std
+    assert np.all(z < 2.0), z
+    off = LocalGPExplainer(_f, data, budget=50, seed=0, stencil=None).explain(x)
+    assert not np.allclose(off.x_samples[1:13], res.x_samples[1:13])
+
+
+def test_auto_stencil_is_on_only_when_it_leaves_a_quarter_of_the_budget():
+    rng = np.random.RandomState(0)
+
+    def rows(D, budget):
+        data = rng.randn(100, D)
+        res = LocalGPExplainer(lambda X: X.sum(1), data, budget=budget, seed=0, raw_samples=8).explain(data[0])
+        dx = res.x_samples[1 : 1 + 2 * D] - data[0]
+        expected = np.zeros((2 * D, D))
+        for j in range(D):
+            expected[2 * j, j], expected[2 * j + 1, j] = 0.1 * data[:, j].std(), -0.1 * data[:, j].std()
+        return np.allclose(dx, expected, rtol=0, atol=1e-12)
+
+    # D = 3, budget 20: x + 6 + 4 Sobol = 11 rows leave 9 >= 5 calls: on
+    assert rows(3, 20)
+    # D = 6, budget 20: x + 12 + 4 = 17 leave 3 < 5: off
+    assert not rows(6, 20)
+    ex = LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 30), budget=50)
+    assert ex.stencil is None  # 30 features at 50 calls
+    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 13), budget=50).stencil == 0.1
+    with pytest.raises(ValueError, match="stencil must be"):
+        LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 3), stencil="on")
