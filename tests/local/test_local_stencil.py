@@ -108,3 +108,38 @@ def test_auto_stencil_is_on_only_when_it_takes_at_most_a_quarter_of_the_budget()
     assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 13), budget=104).stencil == 0.1
     with pytest.raises(ValueError, match="stencil must be"):
         LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 3), stencil="on")
+
+
+def test_stencil_check_widens_a_confident_slope_to_reach_the_central_difference():
+    # a cubic remainder (0.3 % of the output's std in the box) that the trend surrogate calls noise: its slope at x is
+    # the box's average, 1.257 against 1.300, with a std of ~0.001 (39 stds off before the check)
+    rng = np.random.RandomState(1)
+    data = rng.randn(300, 5) * np.array([1, 10, 0.1, 1, 1])
+    data[:, 3] = 2.0
+    data[:, 4] = rng.choice([0.0, 1.0, 2.0], size=300)
+    a = np.array([1.0, 0.1, 10.0, 5.0, 0.7])
+
+    def f(X):
+        return X @ a + 0.3 * np.sin(X[:, 0])
+
+    x = data[7]
+    res = LocalGPExplainer(f, data, budget=50, seed=5, categorical_features=[4], raw_samples=16).explain(x)
+    assert res.x_samples.shape == (50, 5)
+    truth = np.array([1 + 0.3 * np.cos(x[0]), 0.1, 10.0])
+    z = np.abs(res.gradient_mean[:3] - truth) / res.gradient_std[:3]
+    assert np.all(z < 2.0), z
+    assert any(w.startswith("stencil check") and "x0" in w for w in res.warnings), res.warnings
+    # the interval reaches the central difference of the stencil rows (x ± 0.1 σ₀ e₀ are rows 1 and 2)
+    h = 0.1 * data[:, 0].std()
+    d = (res.y_samples[1] - res.y_samples[2]) / (2 * h)
+    assert abs(d - res.gradient_mean[0]) <= res.gradient_std[0] + 1e-12
+    assert abs(d - truth[0]) < 1e-3  # the direct reading is right to O(h²)
+
+
+def test_stencil_check_leaves_a_linear_black_box_alone():
+    data = np.random.RandomState(2).randn(200, 4)
+    a = np.array([1.0, -2.0, 0.5, 0.0])
+    res = LocalGPExplainer(lambda X: X @ a, data, budget=40, seed=0, raw_samples=16).explain(data[0])
+    assert res.x_samples.shape == (40, 4) and not any(w.startswith("stencil check") for w in res.warnings)
+    np.testing.assert_allclose(res.gradient_mean, a, atol=5e-3)
+    assert np.all(res.gradient_std < 0.05)
