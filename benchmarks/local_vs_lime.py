@@ -259,6 +259,9 @@ _ABBREV = {
     "repeats=True": "repeats",
     # made before stencil="auto" and the trend surrogate's broad noise prior became the defaults (2026-11-28)
     "pre_stencil=True": "pre-stencil",
+    # made before the analytic acquisitions evaluated a cached posterior (2026-11-28: equal to round-off per
+    # evaluation, but BO paths can part at round-off, so individual explanations differ)
+    "pre_cache=True": "pre-cache",
     "relevance_prior=": "rel=",  # made before the explainer replaced repeated proposals (lcb/ei/pi repeat points)
 }
 
