@@ -167,7 +167,7 @@ class LocalGPExplainer:
         a direct reading of the slope at ``x``: ``gradient_std`` is widened to reach them where the surrogate
         disagrees (``"stencil check"`` in ``result.warnings``). On 6 smooth 6-feature black boxes x 8 instances at
         50 calls (``"lcb"``) the true gradient was inside two stds for 288 of 288 features with the defaults (285
-        before the stencil check), 266 with ``stencil=None``, and 230 before both this and the trend surrogate's
+        before the stencil check), 272 with ``stencil=None``, and 230 before both this and the trend surrogate's
         noise prior were defaults (largest miss 52 stds; ``benchmarks/results/local_gradient_calibration.txt``).
     :param input_type: ``"auto"``, ``"numpy"`` or ``"torch"`` (what ``predict_fn`` receives).
     :param num_threads: torch threads during :meth:`explain` (restored afterwards). The surrogate's matrices
