@@ -89,7 +89,8 @@ def main() -> None:
     lines = [
         f"Acquisition cost, cached exact posterior vs GPyTorch's path (benchmarks/local_acquisition_speed.py "
         f"{' '.join(sys.argv[1:])}); one thread, float64; ms = one evaluation + gradient for 2 candidates (median), "
-        "s = one optimize_acqf call (2 restarts, 32 raw samples, 50 iterations; median of 3); ratio = GPyTorch / cached.",
+        "s = one optimize_acqf call (2 restarts, 32 raw samples, 50 iterations; median of 3); "
+        "ratio = GPyTorch / cached.",
         "",
         f"{'n x d':>8} {'acq':>9} {'ms gpytorch':>12} {'ms cached':>10} {'ratio':>6} {'s gpytorch':>11} "
         f"{'s cached':>9} {'ratio':>6} {'max |diff|':>11}",
