@@ -32,6 +32,7 @@ from gpytorch.kernels import RBFKernel, ScaleKernel
 from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import ConstantMean
 from linear_operator.operators import DenseLinearOperator, DiagLinearOperator
+from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 __all__ = ["CachedPosteriorModel"]
@@ -84,7 +85,7 @@ class CachedPosteriorModel(Model):
         with torch.no_grad():
             self._noise = model.likelihood.noise.detach().reshape(())
             C = kernel(X).to_dense() + self._noise * torch.eye(X.size(-2), dtype=X.dtype, device=X.device)
-            self._L = torch.linalg.cholesky(C)
+            self._L = psd_safe_cholesky(C)  # jitter on failure, as GPyTorch's own path
             resid = (model.train_targets - mean_module(X)).unsqueeze(-1)
             self._alpha = torch.cholesky_solve(resid, self._L).squeeze(-1)
             self._rbf = _rbf_parts(kernel, X)

@@ -119,3 +119,25 @@ def test_models_it_cannot_cache_are_refused_and_acquisitions_fall_back():
     ref = PosteriorStandardDeviation(with_transform)
     Z = torch.rand(3, 1, 4, dtype=DT)
     torch.testing.assert_close(acq(Z), ref(Z))
+
+
+@pytest.mark.filterwarnings("ignore::botorch.exceptions.warnings.InputDataWarning")
+def test_a_singular_training_covariance_gets_gpytorchs_jitter():
+    from gpytorch.constraints import GreaterThan
+    from gpytorch.likelihoods import GaussianLikelihood
+    from gpytorch.utils.warnings import NumericalWarning
+
+    U, _ = _samples(n=10, d=4, seed=4)
+    U = torch.cat([U, U[:3]])  # repeated rows and no noise: K + 0 I is singular
+    lik = GaussianLikelihood(noise_constraint=GreaterThan(0.0, transform=None)).to(DT)
+    model = SingleTaskGP(U, U.sum(-1, keepdim=True), likelihood=lik, outcome_transform=None)
+    model.likelihood.noise = 0.0
+    model.eval()
+    with pytest.raises(torch.linalg.LinAlgError):
+        torch.linalg.cholesky(model.covar_module(U).to_dense())
+    with pytest.warns(NumericalWarning, match="jitter"):
+        fast = CachedPosteriorModel(model)
+    Z = torch.rand(5, 1, 4, dtype=DT, generator=torch.Generator().manual_seed(5)) * 2 - 1
+    ref, got = model.posterior(Z), fast.posterior(Z)
+    torch.testing.assert_close(got.mean, ref.mean, atol=1e-8, rtol=0)
+    torch.testing.assert_close(got.variance, ref.variance, atol=1e-8, rtol=0)
