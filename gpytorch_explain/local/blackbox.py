@@ -85,9 +85,11 @@ class BlackBox:
     ``torch.nn.Module``\ s (or any callable with ``input_type="torch"``) receive a tensor in the
     dtype and on the device of their first floating-point parameter or buffer (float64 on the CPU when they have
     none; a module on a GPU gets CUDA tensors), evaluated under ``torch.no_grad()``;
-    other callables receive a numpy array. The output may be a numpy array, list or tensor of ``m``
-    numbers (``(m,)`` or ``(m, 1)``). Wrong shapes, NaN and inf are errors naming the problem.
-    The number of rows evaluated so far is counted in the attribute ``calls``.
+    other callables receive a numpy array. The output may be a numpy array, list or tensor of ``m`` real
+    numbers (``(m,)`` or ``(m, 1)``). Wrong shapes, complex values, NaN and inf are errors naming the problem.
+    The number of rows evaluated so far is counted in the attribute ``calls``; the rows of the latest call, as
+    ``predict_fn`` received them (e.g. rounded to float32 for a float32 module) and cast back to float64, are in
+    ``last_input``.
     """
 
     def __init__(self, predict_fn: Callable, num_features: int, input_type: str = "auto"):
@@ -101,6 +103,7 @@ class BlackBox:
         self.num_features = int(num_features)
         self.input_type = input_type
         self.calls = 0
+        self.last_input: np.ndarray | None = None
 
     def _torch_spec(self) -> tuple[torch.dtype, torch.device]:
         """dtype and device of the module's first floating-point parameter (then buffer); float64 on the CPU."""
@@ -120,17 +123,27 @@ class BlackBox:
         if self.input_type == "torch":
             with torch.no_grad():
                 dtype, device = self._torch_spec()
-                out = self.predict_fn(torch.as_tensor(X, dtype=dtype, device=device))
+                arg = torch.tensor(X, dtype=dtype, device=device)  # a copy: predict_fn may change it in place
+                received = arg.cpu().double().numpy().copy()  # what predict_fn gets, after the cast
+                out = self.predict_fn(arg)
         else:
+            received = X.copy()
             out = self.predict_fn(X.copy())
         if torch.is_tensor(out):
-            out = out.detach().cpu().double().numpy()
+            out = out.detach().cpu()
+            out = (out.resolve_conj() if out.is_complex() else out.double()).numpy()
         try:
-            out = np.asarray(out, dtype=np.float64)
+            is_complex = np.iscomplexobj(out)
+            out = np.asarray(np.real(out) if is_complex else out, dtype=np.float64)
         except (TypeError, ValueError) as err:
             raise TypeError(
                 f"predict_fn must return m numbers (array, list or tensor), got {type(out).__name__}."
             ) from err
+        if is_complex:
+            raise ValueError(
+                "predict_fn returned complex values; the black box must return real numbers (take .real or abs() "
+                "of its output yourself if that is what you mean)."
+            )
         if out.ndim == 2 and out.shape[1] == 1:
             out = out[:, 0]
         if out.shape != (m,):
@@ -140,4 +153,5 @@ class BlackBox:
             bad = int((~np.isfinite(out)).sum())
             raise ValueError(f"predict_fn returned {bad} NaN or infinite value(s) for {m} rows.")
         self.calls += m
+        self.last_input = received
         return out

@@ -28,12 +28,18 @@ uniformly from those values; during acquisition optimisation they are fixed to e
 combinations (``x``'s own values and ``num_categorical_candidates - 1`` random combinations of seen values)
 while the continuous features are optimised (BoTorch's ``optimize_acqf_mixed``), and the best combination
 wins. In the surrogate they are numeric codes (so their gradient is the surrogate's slope along the code).
+A value of ``x`` never seen in the training data is a ``UserWarning``; ``x`` is evaluated as given, every other
+row with seen values. When every perturbed feature is categorical the space of rows is finite: the initial
+design and the acquisition's proposals avoid rows already sampled while unsampled combinations remain (a repeated
+proposal is replaced by the unsampled combination of maximum posterior std), and once all have been sampled the
+remaining rows repeat, with a warning in ``result.warnings``.
 Features with zero variance in the training data are never perturbed and are left out of the surrogate:
 relevance 0, gradient 0 with std 0.
 """
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -68,6 +74,17 @@ RELEVANCE_PRIORS = ("saas", "lognormal")
 _NO_EFFECT_SLOPE = 0.01
 #: the stencil half-width (box half-widths) that ``stencil="auto"`` uses
 AUTO_STENCIL = 0.1
+#: an all-categorical space with at most this many combinations of seen values is enumerated to find unsampled rows
+_MAX_ENUMERATED_COMBOS = 4096
+#: otherwise this many random combinations are searched for one not sampled yet
+_RANDOM_COMBOS = 512
+
+
+def _as_int(name: str, value) -> int:
+    """``value`` if it is a Python int or a numpy integer (not a bool), as an int; else a ``TypeError``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer (int or numpy integer), got {value!r} ({type(value).__name__}).")
+    return int(value)
 
 
 def _relevance_of(model) -> torch.Tensor:
@@ -80,6 +97,18 @@ def _relevance_of(model) -> torch.Tensor:
 def _tagged(tag: str, model, **kwargs) -> list[str]:
     """``fit_surrogate(model, **kwargs)``'s messages, each prefixed by the surrogate's role."""
     return [f"{tag}: {m}" for m in fit_surrogate(model, **kwargs)]
+
+
+def _is_repeat(cand: torch.Tensor, seen: torch.Tensor) -> bool:
+    """Whether the ``(1, d)`` point ``cand`` is within ``_DUPLICATE_TOL`` (max-norm, box units) of a row of ``seen``."""
+    return bool(len(seen)) and bool((seen - cand).abs().amax(-1).min() < _DUPLICATE_TOL)
+
+
+def _posterior_var(model, U: torch.Tensor) -> torch.Tensor:
+    """The posterior variance of ``model`` at each row of ``U``."""
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Negative variance", category=NumericalWarning)
+        return model.posterior(U).variance.reshape(-1)
 
 
 class LocalGPExplainer:
@@ -102,7 +131,8 @@ class LocalGPExplainer:
         Check ``fidelity``: with 30 features and 50 calls (breast cancer / SVC) this setting's surrogate did
         not fit (LOO R² ≈ 0, for the logit of the probability too); ``interval=1.0,
         lengthscale_prior_scale=1.0`` fitted there (LOO R² ≈ 0.7) but was no more stable than LIME.
-    :param budget: total number of black-box rows, ``x`` included.
+    :param budget: total number of black-box rows, ``x`` included (an int or numpy integer, as are ``q`` and
+        ``n_initial``).
     :param categorical_features: indices of categorical features (values taken from ``training_data``).
     :param feature_names: ``D`` names (default ``x0, x1, ...``).
     :param seed: makes :meth:`explain` deterministic (``None``: random).
@@ -122,7 +152,8 @@ class LocalGPExplainer:
     :param n_initial: Sobol points besides ``x`` in the first call (default ``max(2, min(10, budget // 5))``).
     :param jitter: GPyOpt's acquisition jitter for EI/PI, in output standard deviations.
     :param exploration_weight: GPyOpt's LCB weight ``w``.
-    :param gradient_tol: optional stopping rule on the gradient std (user units).
+    :param gradient_tol: optional stopping rule on the gradient std (user units): ``None`` or a positive finite
+        number.
     :param refit_growth: the hyperparameters are refitted (warm start, L-BFGS-B, at most ``refit_maxiter``
         iterations) on the first design, whenever the sample count has grown by this factor since the last
         refit, and always on the final samples; in between the surrogate is conditioned on the new samples
@@ -229,10 +260,10 @@ class LocalGPExplainer:
         if acquisition not in ACQUISITIONS:
             raise ValueError(f"Unknown acquisition {acquisition!r}; choose one of {ACQUISITIONS}.")
         self.acquisition = acquisition
-        self.budget = int(budget)
-        self.n_initial = max(2, min(10, self.budget // 5)) if n_initial is None else int(n_initial)
+        self.budget = _as_int("budget", budget)
+        self.n_initial = max(2, min(10, self.budget // 5)) if n_initial is None else _as_int("n_initial", n_initial)
         if self.n_initial < 1:
-            raise ValueError(f"n_initial must be >= 1, got {n_initial}.")
+            raise ValueError(f"n_initial must be >= 1, got {n_initial!r}.")
         if self.budget < self.n_initial + 2:
             raise ValueError(
                 f"budget = {budget} is smaller than the initial design: x itself + n_initial = {self.n_initial} "
@@ -244,9 +275,9 @@ class LocalGPExplainer:
         if not (lengthscale_prior_scale > 0 and np.isfinite(lengthscale_prior_scale)):
             raise ValueError(f"lengthscale_prior_scale must be a positive number, got {lengthscale_prior_scale}.")
         self.lengthscale_prior_scale = float(lengthscale_prior_scale)
-        if int(q) < 1:
-            raise ValueError(f"q must be >= 1, got {q}.")
-        self.q = int(q)
+        self.q = _as_int("q", q)
+        if self.q < 1:
+            raise ValueError(f"q must be >= 1, got {q!r}.")
         cats = [] if categorical_features is None else [int(c) for c in categorical_features]
         for c in cats:
             if not 0 <= c < D:
@@ -269,7 +300,13 @@ class LocalGPExplainer:
         self.seed = seed
         self.jitter = float(jitter)
         self.exploration_weight = float(exploration_weight)
-        self.gradient_tol = None if gradient_tol is None else float(gradient_tol)
+        if gradient_tol is not None:
+            if isinstance(gradient_tol, (bool, np.bool_)) or not isinstance(gradient_tol, numbers.Real):
+                raise TypeError(f"gradient_tol must be None or a positive number, got {gradient_tol!r}.")
+            if not (np.isfinite(float(gradient_tol)) and gradient_tol > 0):
+                raise ValueError(f"gradient_tol must be None or a positive finite number, got {gradient_tol!r}.")
+            gradient_tol = float(gradient_tol)
+        self.gradient_tol = gradient_tol
         self.num_restarts = int(num_restarts)
         self.raw_samples = int(raw_samples)
         self.num_categorical_candidates = max(1, int(num_categorical_candidates))
@@ -320,16 +357,35 @@ class LocalGPExplainer:
         self.progress = bool(progress)
 
     # ------------------------------------------------------------------ coordinates
-    def _check_x(self, x) -> np.ndarray:
+    def _check_x(self, x, name: str = "x") -> np.ndarray:
         x = x.detach().cpu().numpy() if torch.is_tensor(x) else x
         x = np.asarray(x, dtype=np.float64)
         if x.ndim == 2 and x.shape[0] == 1:
             x = x[0]
         if x.shape != (self.num_features,):
-            raise ValueError(f"x must be one instance of shape ({self.num_features},), got {x.shape}.")
+            raise ValueError(f"{name} must be one instance of shape ({self.num_features},), got {x.shape}.")
         if not np.isfinite(x).all():
-            raise ValueError("x contains NaN or infinite values.")
+            raise ValueError(f"{name} contains NaN or infinite values.")
         return x
+
+    def _warn_unseen_categories(self, x: np.ndarray) -> None:
+        """A ``UserWarning`` for each categorical feature whose value in ``x`` is not among the training data's."""
+        for c in self.categorical_features:
+            vals = self.categorical_values[c]
+            if np.isin(x[c], vals):
+                continue
+            shown = ", ".join(f"{v:g}" for v in vals[:10]) + (", ..." if vals.size > 10 else "")
+            rest = (
+                "the other samples take seen values only"
+                if c in self.active
+                else "the feature has zero variance in training_data, so every sample keeps x's value"
+            )
+            warnings.warn(
+                f"x's categorical feature {self.feature_names[c]!r} (index {c}) has the value {x[c]:g}, which "
+                f"training_data never takes (seen: {shown}); x itself is evaluated with it, {rest}.",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _to_user(self, U: torch.Tensor, x: np.ndarray, scale: np.ndarray) -> np.ndarray:
         X = np.tile(x, (U.shape[0], 1))
@@ -349,6 +405,9 @@ class LocalGPExplainer:
         :param baseline: IG baseline ``(D,)`` in user units (default: the training mean clipped to the box).
         """
         x = self._check_x(x)
+        if baseline is not None:  # checked up front, before any black-box call
+            self._check_x(baseline, "baseline")
+        self._warn_unseen_categories(x)
         rng = np.random.RandomState(self.seed)
         torch_seed = int(rng.randint(0, 2**31 - 1))
         threads = torch.get_num_threads()
@@ -385,17 +444,20 @@ class LocalGPExplainer:
         for c in self.categorical_features:
             if c in act:
                 X_init[:, c] = rng.choice(self.categorical_values[c], size=self.n_initial)
+        self._replaced: list[int] = []
+        self._exhausted: list[int] = []
+        if cat_pos and len(cat_pos) == d:  # only categorical features vary: no row of the design repeats another
+            X_init = self._distinct_initial_rows(x, X_init, cat_pos, scale, rng)
         if self.stencil is not None:  # central-difference points x ± δ e_i (box units) on the continuous features
             cont = [p for p in range(d) if p not in cat_pos]
             U_st = torch.zeros(2 * len(cont), d, dtype=_DT)
             for k, p in enumerate(cont):
                 U_st[2 * k, p], U_st[2 * k + 1, p] = self.stencil, -self.stencil
             X_init = np.vstack([self._to_user(U_st, x, scale), X_init])
-        X_all = np.vstack([x[None, :], X_init])
-        y_all = self.black_box(X_all)
+        y_all = self.black_box(np.vstack([x[None, :], X_init]))
+        X_all = self.black_box.last_input  # the rows as the black box received them (e.g. rounded to float32)
 
         messages: list[str] = []
-        self._replaced: list[int] = []
         state = None
         n_fit = 0
         stopped = False
@@ -451,19 +513,32 @@ class LocalGPExplainer:
             messages += [
                 f"acquisition (n={n}): {w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught
             ]
-            X_new = self._to_user(U_new, x, scale)
-            y_new = self.black_box(X_new)
-            X_all, y_all = np.vstack([X_all, X_new]), np.concatenate([y_all, y_new])
+            y_new = self.black_box(self._to_user(U_new, x, scale))
+            X_all, y_all = np.vstack([X_all, self.black_box.last_input]), np.concatenate([y_all, y_new])
             if bar is not None:
                 bar.update(len(y_new))
         if bar is not None:
             bar.close()
+        all_cat = bool(cat_pos) and len(cat_pos) == d
         if self._replaced:
             at = ", ".join(map(str, self._replaced[:10])) + (", ..." if len(self._replaced) > 10 else "")
             messages.append(
                 f"acquisition: '{self.acquisition}' proposed a point already sampled {len(self._replaced)} time(s) "
-                f"(at n = {at}); the point of maximum posterior std was taken instead, since a repeated call adds "
-                "nothing for a deterministic black box"
+                f"(at n = {at}); the {'unsampled combination' if all_cat else 'point'} of maximum posterior std "
+                "was taken instead, since a repeated call adds nothing for a deterministic black box"
+            )
+        if self._exhausted:
+            at = ", ".join(map(str, self._exhausted[:10])) + (", ..." if len(self._exhausted) > 10 else "")
+            n_combos = np.prod([self.categorical_values[c].size for c in cat_pos.values()], dtype=float)
+            why = (
+                f"all {int(n_combos)} combinations of their seen values had been sampled"
+                if n_combos <= _MAX_ENUMERATED_COMBOS
+                else f"none of {_RANDOM_COMBOS} random combinations of their seen values was unsampled"
+            )
+            messages.append(
+                f"repeated rows: only categorical features are perturbed and {why}, so {len(self._exhausted)} "
+                f"row(s) repeat a sampled one (at n = {at}), which adds nothing for a deterministic black box; a "
+                "budget above the number of distinct rows is wasted"
             )
         return self._result(model, x, X_all, y_all, ym, ys, scale, baseline, messages, stopped)
 
@@ -511,9 +586,15 @@ class LocalGPExplainer:
         A point that repeats one already sampled (within ``1e-6`` box units; EI and PI do this once the surrogate
         is sure of the incumbent) is replaced by the point of maximum posterior std: a repeated call of a
         deterministic black box adds no information, and repeats leave the attribution surrogate with fewer
-        distinct points than features. The replacement is reported in ``result.warnings``.
+        distinct points than features. When only categorical features are perturbed the space is finite and the
+        acquisition scores a few combinations, so the replacement is the combination of maximum posterior std
+        among those not sampled yet (all of them when there are at most ``_MAX_ENUMERATED_COMBOS``); once every
+        combination has been sampled the repeat is kept. Both are reported in ``result.warnings``. If the
+        maximum-std point itself repeats a sample (mixed or continuous features), the one of maximum posterior std
+        among ``_RANDOM_COMBOS`` random unsampled points of the box is taken.
         """
         combos = self._categorical_combos(cat_pos, x, scale, rng)
+        all_categorical = bool(combos) and len(cat_pos) == u0.numel()
         cur = model
         chosen = []
         for j in range(q):
@@ -527,17 +608,30 @@ class LocalGPExplainer:
                 num_mc_points=self.num_mc_points,
                 seed=int(rng.randint(0, 2**31 - 1)),
             )
-            if combos and len(cat_pos) == u0.numel():  # only categorical features vary: score the combinations
+            seen = torch.cat([model.train_inputs[0], *chosen], dim=0)  # len(seen): the proposal's row index
+            if all_categorical:  # only categorical features vary: score the combinations
                 rng.randint(0, 2**31 - 1)  # the optimiser's seed, unused here (keeps the random stream unchanged)
                 pts = torch.tensor([[combo[p] for p in range(u0.numel())] for combo in combos], dtype=_DT)
                 with torch.no_grad():
-                    cand = pts[int(acq(pts.unsqueeze(-2)).argmax())].unsqueeze(0)
+                    cand = self._snap(pts[int(acq(pts.unsqueeze(-2)).argmax())].unsqueeze(0), cat_pos, x, scale)
+                if _is_repeat(cand, seen):
+                    free = self._unsampled_combinations(seen, cat_pos, x, scale, rng)
+                    if len(free):
+                        self._replaced.append(len(seen))
+                        cand = free[int(_posterior_var(cur, free).argmax())].unsqueeze(0)
+                    else:  # every combination has been sampled: the repeat is unavoidable
+                        self._exhausted.append(len(seen))
             else:
-                cand = self._maximise(acq, bounds, combos, rng)
-                seen = torch.cat([cur.train_inputs[0], *chosen], dim=0)
-                if (seen - cand).abs().amax(-1).min() < _DUPLICATE_TOL:
+                cand = self._snap(self._maximise(acq, bounds, combos, rng), cat_pos, x, scale)
+                if _is_repeat(cand, seen):
                     self._replaced.append(len(seen))
-                    cand = self._maximise(make_acquisition("variance", cur, u0, bounds), bounds, combos, rng)
+                    var_acq = make_acquisition("variance", cur, u0, bounds)
+                    cand = self._snap(self._maximise(var_acq, bounds, combos, rng), cat_pos, x, scale)
+                    if _is_repeat(cand, seen):  # the optimiser found no better point: the best of random unsampled
+                        free = self._random_points(cat_pos, x, scale, rng, u0.numel())
+                        free = free[torch.cdist(free, seen, p=float("inf")).amin(-1) >= _DUPLICATE_TOL]
+                        if len(free):
+                            cand = free[int(_posterior_var(cur, free).argmax())].unsqueeze(0)
             cand = cand.detach().reshape(1, -1)
             chosen.append(cand)
             if j < q - 1:
@@ -545,6 +639,57 @@ class LocalGPExplainer:
                     fantasy = cur.posterior(cand).mean
                 cur = cur.condition_on_observations(cand, fantasy)
         return torch.cat(chosen, dim=0)
+
+    def _category_codes(self, cat_pos, x, scale) -> dict[int, np.ndarray]:
+        """Box-unit codes of each categorical feature's seen values, by position in the active features."""
+        return {p: (self.categorical_values[c] - x[c]) / scale[p] for p, c in cat_pos.items()}
+
+    def _snap(self, U: torch.Tensor, cat_pos, x, scale) -> torch.Tensor:
+        """``U`` with each categorical coordinate moved to the code of the nearest seen value (what ``_to_user``
+        evaluates; a no-op for codes of seen values, which proposals use unless ``x``'s own value is unseen)."""
+        if not cat_pos:
+            return U
+        U = U.clone()
+        for p, codes in self._category_codes(cat_pos, x, scale).items():
+            U[:, p] = torch.as_tensor(codes, dtype=_DT)[(U[:, p, None] - torch.as_tensor(codes)).abs().argmin(-1)]
+        return U
+
+    def _unsampled_combinations(self, seen: torch.Tensor, cat_pos, x, scale, rng) -> torch.Tensor:
+        """Combinations of seen categorical values (box units, ``(k, d)``; every active feature categorical) that
+        differ from every row of ``seen``: all such when there are at most ``_MAX_ENUMERATED_COMBOS``
+        combinations, else those among ``_RANDOM_COMBOS`` random ones."""
+        codes = self._category_codes(cat_pos, x, scale)
+        cols = [torch.as_tensor(codes[p], dtype=_DT) for p in range(len(codes))]
+        if np.prod([c.numel() for c in cols], dtype=float) <= _MAX_ENUMERATED_COMBOS:
+            cands = torch.cartesian_prod(*cols).reshape(-1, len(cols))
+        else:
+            cands = torch.stack([c[torch.as_tensor(rng.randint(0, c.numel(), _RANDOM_COMBOS))] for c in cols], -1)
+        if not len(seen):
+            return cands
+        return cands[torch.cdist(cands, seen, p=float("inf")).amin(-1) >= _DUPLICATE_TOL]
+
+    def _random_points(self, cat_pos, x, scale, rng, d: int) -> torch.Tensor:
+        """``_RANDOM_COMBOS`` uniform points of the box (box units), categorical coordinates at seen values."""
+        U = torch.as_tensor(rng.uniform(-1.0, 1.0, size=(_RANDOM_COMBOS, d)), dtype=_DT)
+        for p, codes in self._category_codes(cat_pos, x, scale).items():
+            U[:, p] = torch.as_tensor(codes[rng.randint(0, codes.size, _RANDOM_COMBOS)], dtype=_DT)
+        return U
+
+    def _distinct_initial_rows(self, x, X_init: np.ndarray, cat_pos, scale, rng) -> np.ndarray:
+        """The initial design with each row that repeats ``x`` or an earlier row redrawn among the unsampled
+        combinations (only categorical features perturbed); a repeat left when none is left is recorded."""
+        X_init = X_init.copy()
+        for i in range(len(X_init)):
+            seen = self._to_u(np.vstack([x[None, :], X_init[:i]]), x, scale)
+            row = self._to_u(X_init[i : i + 1], x, scale)
+            if not _is_repeat(row, seen):
+                continue
+            free = self._unsampled_combinations(seen, cat_pos, x, scale, rng)
+            if len(free):
+                X_init[i] = self._to_user(free[int(rng.randint(0, len(free)))].unsqueeze(0), x, scale)[0]
+            else:
+                self._exhausted.append(1 + i)
+        return X_init
 
     def _maximise(self, acq, bounds, combos, rng) -> torch.Tensor:
         """BoTorch's ``optimize_acqf`` (``optimize_acqf_mixed`` with categorical features) for one point."""
@@ -631,7 +776,7 @@ class LocalGPExplainer:
         if baseline is None:
             b = np.clip(self.training_data.mean(0), lo, hi)
         else:
-            b = self._check_x(baseline).copy()
+            b = self._check_x(baseline, "baseline").copy()
         b[np.setdiff1d(np.arange(D), act)] = x[np.setdiff1d(np.arange(D), act)]
         ig = PosteriorIntegratedGradients(amodel, baseline=self._to_u(b[None, :], x, scale)[0])(u0)
         ig_mean = np.zeros(D)

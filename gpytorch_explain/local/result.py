@@ -32,7 +32,9 @@ class LocalExplanation:
         ``baseline`` to ``x`` (they sum to the surrogate's :math:`f(\mathbf x) - f(\mathbf b)`).
     :ivar integrated_gradients_std: ``(D,)`` their posterior standard deviation.
     :ivar x_samples: ``(n, D)`` every row the black box was called on, in call order, ``x`` first
-        (``n`` = budget, or fewer when the stopping rule fired).
+        (``n`` = budget, or fewer when the stopping rule fired), as the black box received them: a float32
+        ``torch.nn.Module`` gets (and the surrogates are fitted on) the rows rounded to float32, here cast back to
+        float64.
     :ivar y_samples: ``(n,)`` the black box's outputs.
     :ivar fidelity: leave-one-out :math:`R^2` of the surrogate on its samples (closed form).
     :ivar warnings: messages from the surrogate fits and checks (empty when all went well).

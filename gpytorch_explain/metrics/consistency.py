@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._arrays import as_array
+from ._arrays import as_array, as_positive_int
 
 __all__ = ["inconsistency", "topk_agreement"]
 
 
 def inconsistency(scores) -> float:
-    r"""Inconsistency of repeated explanations (BO-LIME, Saini & Prasad 2022, §IV; after Zafar & Khan's DLIME).
+    r"""Inconsistency of repeated explanations (BO-LIME, Saini & Prasad 2022, §4.1 "Metric Used", which takes it
+    from its ref. [4], ALIME: Shankaranarayana & Runje 2019).
 
     Scores ``(R, D)`` (R repeats of one sample's explanation) or ``(R, m, D)`` (R repeats of m samples):
 
@@ -58,7 +59,7 @@ def topk_agreement(a, b, k: int) -> float | np.ndarray:
 
     :param a: ``(D,)`` (returns a float) or ``(m, D)`` (returns ``(m,)``).
     :param b: Scores of the same shape as ``a``.
-    :param k: a positive integer.
+    :param k: a positive integer (an int, a numpy integer or a 0-d integer array or tensor).
 
     Example:
         >>> import numpy as np
@@ -69,12 +70,11 @@ def topk_agreement(a, b, k: int) -> float | np.ndarray:
     bb = as_array("b", b, (1, 2))
     if aa.shape != bb.shape:
         raise ValueError(f"a and b must have the same shape, got {aa.shape} and {bb.shape}.")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}.")
+    k = as_positive_int("k", k)
     A = np.atleast_2d(aa)
     B = np.atleast_2d(bb)
     D = A.shape[1]
-    kk = min(int(k), D)
+    kk = min(k, D)
     ta = np.argsort(-np.abs(A), axis=1, kind="stable")[:, :kk]
     tb = np.argsort(-np.abs(B), axis=1, kind="stable")[:, :kk]
     ma = np.zeros(A.shape, bool)

@@ -13,8 +13,9 @@ import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import torch
 
-from ._arrays import as_array, call_predict, resolve_baseline
+from ._arrays import as_array, as_positive_int, call_predict, resolve_baseline
 
 __all__ = ["faithfulness", "sufficiency"]
 
@@ -57,7 +58,8 @@ def faithfulness(predict_fn: Callable, x, contributions, baseline=None) -> np.nd
     Choices the papers leave open:
 
     - **Baseline**: ``None`` uses the column mean of ``x`` (for standardised data, ≈ the training mean, 0);
-      pass the training mean explicitly (``(D,)``) or per-sample baselines (``(m, D)``) to follow the paper.
+      pass the training mean explicitly (``(D,)`` or ``(1, D)``) or per-sample baselines (``(m, D)``) to follow
+      the paper. A scalar (e.g. ``0.0``) is the baseline of every feature.
     - **Degenerate rows**: if a sample's contributions or its prediction changes are constant across features
       (e.g. all zero, or a global model with a feature at its baseline), the correlation is undefined and that
       sample's score is ``nan`` (a ``RuntimeWarning`` says how many). Aggregate with ``np.nanmean``.
@@ -70,7 +72,8 @@ def faithfulness(predict_fn: Callable, x, contributions, baseline=None) -> np.nd
         numpy array) to ``n`` predictions. Called once on all ``m·(D+1)`` perturbed inputs.
     :param x: inputs, ``(m, D)`` with :math:`D \ge 2`.
     :param contributions: ``(m, D)``, the explainer's contribution (or relevance) of each feature.
-    :param baseline: ``None``, ``(D,)`` or ``(m, D)``.
+    :param baseline: ``None``, a scalar (every feature), ``(D,)`` or ``(1, D)`` (every sample) or ``(m, D)``;
+        numpy or torch.
     :return: ``(m,)`` numpy array of correlations in [-1, 1] (or ``nan``).
 
     Example:
@@ -133,9 +136,11 @@ def sufficiency(predict_fn: Callable, x, contributions, baseline=None, k: int | 
     - **Baseline**: as in :func:`faithfulness` (``None`` = column mean of ``x``).
 
     :param predict_fn: as in :func:`faithfulness`.
-    :param x: ``(m, D)``; :param contributions: ``(m, D)``; :param baseline: ``None``, ``(D,)`` or ``(m, D)``.
-    :param k: a positive int, giving an ``(m,)`` result, or a sequence of them, giving ``(len(k), m)``
-        (row ``r`` for ``k[r]``), all from one call of ``predict_fn``.
+    :param x: ``(m, D)``; :param contributions: ``(m, D)``.
+    :param baseline: ``None``, a scalar, ``(D,)``, ``(1, D)`` or ``(m, D)``, as in :func:`faithfulness`.
+    :param k: a positive integer (an int, a numpy integer or a 0-d integer array or tensor), giving an ``(m,)``
+        result, or a sequence (or 1-D array or tensor) of them, giving ``(len(k), m)`` (row ``r`` for ``k[r]``),
+        all from one call of ``predict_fn``.
     :return: numpy array of absolute prediction changes.
 
     Example:
@@ -152,13 +157,14 @@ def sufficiency(predict_fn: Callable, x, contributions, baseline=None, k: int | 
     c = as_array("contributions", contributions, (2,))
     if c.shape != (m, D):
         raise ValueError(f"contributions must have the shape of x, {(m, D)}, got {c.shape}.")
-    scalar = np.isscalar(k) or (isinstance(k, np.ndarray) and k.ndim == 0)
-    ks = [k] if scalar else list(k)
+    scalar = np.isscalar(k) or ((isinstance(k, np.ndarray) or torch.is_tensor(k)) and k.ndim == 0)
+    try:
+        ks = [k] if scalar else list(k)
+    except TypeError as exc:
+        raise ValueError(f"k must be a positive integer (or a sequence of them), got {k!r}.") from exc
     if not ks:
         raise ValueError("k is an empty sequence.")
-    for kk in ks:
-        if isinstance(kk, bool) or not isinstance(kk, (int, np.integer)) or kk < 1:
-            raise ValueError(f"k must be a positive integer (or a sequence of them), got {kk!r}.")
+    ks = [as_positive_int("k (or each entry of a sequence k)", kk) for kk in ks]
     b = resolve_baseline(baseline, xa)
     order = _topk_order(c)
     rank = np.empty_like(order)

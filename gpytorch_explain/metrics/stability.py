@@ -9,7 +9,7 @@ from typing import Literal
 
 import numpy as np
 
-from ._arrays import as_array
+from ._arrays import as_array, as_real
 
 __all__ = ["stability"]
 
@@ -52,7 +52,7 @@ def stability(
     :param x: test inputs ``(m, D)`` defining the neighbourhoods.
     :param weights: the local weights ``(m, d)`` (for GPX the posterior mean weights, not the contributions).
     :param z: explanation features ``(m, d)``; ``None`` means ``z = x``.
-    :param eps: neighbourhood radius :math:`\epsilon` (the paper uses 0.05).
+    :param eps: neighbourhood radius :math:`\epsilon` (the paper uses 0.05); a number or a 0-d array or tensor.
     :param reduction: ``"mean"`` (a float, mean over samples with a neighbour) or ``"none"`` (``(m,)``).
     :param standardise: ``"column"`` (default: each weight column by its own std) or ``"global"`` (all
         weights by one std; global models still score 0, their rows being equal).
@@ -72,6 +72,7 @@ def stability(
     za = xa if z is None else as_array("z", z, (2,))
     if za.shape != (m, w.shape[1]):
         raise ValueError(f"z must have shape (m, d) = {(m, w.shape[1])} matching weights, got {za.shape}.")
+    eps = as_real("eps", eps)
     if not (np.isfinite(eps) and eps > 0):
         raise ValueError(f"eps must be a positive finite number, got {eps}.")
     if reduction not in ("mean", "none"):

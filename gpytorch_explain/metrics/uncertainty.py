@@ -20,9 +20,11 @@ def interval_coverage(mean, std, truth, level: float = 0.95) -> float:
         \mathrm{coverage} = \frac{1}{N}\sum_{n} \mathbb 1\big[|t_n - \mu_n| \le q\,\sigma_n\big],
         \qquad q = \Phi^{-1}\big(\tfrac{1 + \text{level}}{2}\big)
 
-    (:math:`q \approx 1.96` at level 0.95), over all entries of the arrays (any common shape). The interval is
-    closed, so an entry with :math:`\sigma_n = 0` counts as covered only if :math:`t_n = \mu_n`. A calibrated
-    explainer covers about ``level``.
+    (:math:`q \approx 1.96` at level 0.95), over all entries of ``mean`` (any shape). ``std`` and ``truth``
+    may have ``mean``'s shape or any shape that numpy broadcasts to it (e.g. a scalar ``std`` for one shared
+    standard deviation); shapes that do not broadcast to ``mean``'s are an error. The interval is closed, so an
+    entry with :math:`\sigma_n = 0` counts as covered only if :math:`t_n = \mu_n`. A calibrated explainer
+    covers about ``level``.
 
     Example:
         >>> import numpy as np
@@ -32,8 +34,13 @@ def interval_coverage(mean, std, truth, level: float = 0.95) -> float:
     mu = as_array("mean", mean)
     sd = as_array("std", std)
     t = as_array("truth", truth)
-    if not (mu.shape == sd.shape == t.shape):
-        raise ValueError(f"mean, std and truth must have the same shape, got {mu.shape}, {sd.shape}, {t.shape}.")
+    for name, arr in (("std", sd), ("truth", t)):
+        try:
+            ok = np.broadcast_shapes(arr.shape, mu.shape) == mu.shape
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{name} must have mean's shape {mu.shape} or one that broadcasts to it, got {arr.shape}.")
     if mu.size == 0:
         raise ValueError("interval_coverage got empty arrays.")
     if (sd < 0).any():

@@ -52,3 +52,26 @@ def test_repeated_proposals_are_replaced_by_the_most_uncertain_point():
             assert len(np.unique(res.x_samples, axis=0)) == 25, (acquisition, seed)
             replaced += sum("proposed a point already sampled" in w for w in res.warnings)
         assert replaced >= 1, acquisition
+
+
+def test_all_categorical_space_is_covered_before_rows_repeat():
+    # two categorical columns with 2 and 3 seen values: 6 possible rows. The acquisition scores only a few random
+    # combinations and used to re-propose sampled rows (one combination was never tried); now a repeated proposal
+    # is replaced by an unsampled combination, and only once all 6 have been sampled do rows repeat (said so).
+    rs = np.random.RandomState(0)
+    data = np.c_[rs.randint(0, 2, 50), rs.randint(0, 3, 50)].astype(float)
+
+    def f(X):
+        return 2.0 * X[:, 0] + np.sin(X[:, 1])
+
+    res = LocalGPExplainer(f, data, budget=10, seed=0, categorical_features=[0, 1], raw_samples=16).explain(data[0])
+    assert res.x_samples.shape == (10, 2)  # the exact budget
+    np.testing.assert_array_equal(res.x_samples[0], data[0])
+    assert len(np.unique(res.x_samples[:6], axis=0)) == 6  # every combination before any repeat
+    assert sum("proposed a point already sampled" in w for w in res.warnings) == 1
+    exhausted = [w for w in res.warnings if w.startswith("repeated rows")]
+    assert len(exhausted) == 1 and "all 6 combinations" in exhausted[0] and "4 row(s)" in exhausted[0]
+    # within the number of combinations: all rows distinct, no "repeated rows" warning
+    res = LocalGPExplainer(f, data, budget=6, seed=1, categorical_features=[0, 1], raw_samples=16).explain(data[0])
+    assert len(np.unique(res.x_samples, axis=0)) == 6
+    assert not any(w.startswith("repeated rows") for w in res.warnings)

@@ -1,5 +1,7 @@
 """LocalGPExplainer's contract on black boxes with known local structure."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -114,6 +116,80 @@ def test_bad_inputs(data):
         from_sklearn_classifier(object())
 
 
+def test_integer_arguments_must_be_integers(data):
+    for kw, exc, match in [
+        (dict(budget=12.9), TypeError, r"budget must be an integer.*12\.9"),
+        (dict(budget="12"), TypeError, r"budget must be an integer.*'12'"),
+        (dict(budget=True), TypeError, r"budget must be an integer.*True"),
+        (dict(budget=12.0), TypeError, r"budget must be an integer"),
+        (dict(q=2.7), TypeError, r"q must be an integer.*2\.7"),
+        (dict(q=np.bool_(True)), TypeError, r"q must be an integer"),
+        (dict(q=0), ValueError, r"q must be >= 1, got 0"),
+        (dict(n_initial=3.0), TypeError, r"n_initial must be an integer.*3\.0"),
+        (dict(n_initial=0), ValueError, r"n_initial must be >= 1, got 0"),
+    ]:
+        with pytest.raises(exc, match=match):
+            LocalGPExplainer(black_box, data, **kw)
+    ex = LocalGPExplainer(black_box, data, budget=np.int64(12), q=np.int32(2), n_initial=np.uint8(3))
+    assert (ex.budget, ex.q, ex.n_initial) == (12, 2, 3) and type(ex.budget) is int
+
+
+def test_gradient_tol_must_be_positive_and_finite(data):
+    for tol in (0, 0.0, -0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="gradient_tol must be None or a positive finite number"):
+            LocalGPExplainer(black_box, data, gradient_tol=tol)
+    for tol in (True, "0.1"):
+        with pytest.raises(TypeError, match="gradient_tol"):
+            LocalGPExplainer(black_box, data, gradient_tol=tol)
+    assert LocalGPExplainer(black_box, data, gradient_tol=np.float32(0.5)).gradient_tol == pytest.approx(0.5)
+    assert LocalGPExplainer(black_box, data, gradient_tol=None).gradient_tol is None
+
+
+def test_baseline_of_the_wrong_shape_is_named():
+    calls = []
+
+    def f(X):
+        calls.append(len(X))
+        return X.sum(1)
+
+    data3 = np.random.RandomState(0).randn(50, 3)
+    ex = LocalGPExplainer(f, data3, budget=10, raw_samples=16)
+    with pytest.raises(ValueError, match=r"baseline must be one instance of shape \(3,\), got \(2,\)"):
+        ex.explain(data3[0], baseline=np.zeros(2))
+    with pytest.raises(ValueError, match="baseline contains NaN"):
+        ex.explain(data3[0], baseline=np.full(3, np.nan))
+    assert calls == []  # checked before the black box is called
+
+
+def test_complex_output_is_an_error(data):
+    from gpytorch_explain.local import BlackBox
+
+    for out in (lambda X: X[:, 0] + 0j, lambda X: torch.as_tensor(X[:, 0]) * (1 + 1j), lambda X: [1j] * len(X)):
+        with pytest.raises(ValueError, match="complex values"):
+            BlackBox(out, 6)(data[:3])
+    with pytest.raises(ValueError, match="complex values"):
+        LocalGPExplainer(lambda X: X[:, 0] * (1 + 0.5j), data, budget=12).explain(data[0])
+
+
+def test_unseen_categorical_value_of_x_warns():
+    rs = np.random.RandomState(2)
+    X = np.c_[rs.randn(100), rs.choice([0.5, 1.5, 4.25], size=100)]
+    x = np.array([0.1, 2.0])  # 2.0 is not among the seen values of "kind"
+
+    def f(Z):
+        return Z[:, 0] + Z[:, 1] ** 2
+
+    ex = LocalGPExplainer(f, X, categorical_features=[1], budget=8, seed=0, raw_samples=16, feature_names=["a", "kind"])
+    with pytest.warns(UserWarning, match=r"'kind' \(index 1\) has the value 2, which training_data never takes"):
+        res = ex.explain(x)
+    np.testing.assert_array_equal(res.x_samples[0], x)
+    assert set(res.x_samples[1:, 1]) <= {0.5, 1.5, 4.25}
+    assert len(res.y_samples) == 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        ex._warn_unseen_categories(np.array([0.1, 1.5]))  # a seen value: no warning
+
+
 def test_sklearn_helpers_and_torch_module(data):
     from sklearn.linear_model import LinearRegression, LogisticRegression
 
@@ -146,6 +222,29 @@ def test_sklearn_helpers_and_torch_module(data):
 
     res = LocalGPExplainer(Net(), X, budget=10, n_initial=4, seed=0, raw_samples=16).explain(X[0])
     assert seen and all(t is torch.Tensor for t in seen) and res.y_samples.shape == (10,)
+
+
+def test_float32_module_x_samples_are_the_rows_it_received(data):
+    received = []
+
+    class Net32(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 1).float()
+
+        def forward(self, z):
+            assert z.dtype == torch.float32
+            received.append(z.detach().clone())
+            return self.lin(z)
+
+    X = data[:, :3] * 1.1
+    res = LocalGPExplainer(Net32(), X, budget=10, n_initial=4, seed=0, raw_samples=16).explain(X[0])
+    rows = torch.cat(received).double().numpy()
+    assert res.x_samples.dtype == np.float64 and res.x_samples.shape == (10, 3)
+    np.testing.assert_array_equal(res.x_samples, rows)  # exactly what the module got, in order
+    np.testing.assert_array_equal(res.x_samples[0], X[0].astype(np.float32).astype(np.float64))  # row 0 is x
+    assert np.abs(res.x_samples[0] - X[0]).max() > 0  # (rounded: x itself is not exactly a float32)
+    np.testing.assert_array_equal(res.x, X[0])
 
 
 def test_plot(result):

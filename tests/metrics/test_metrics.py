@@ -95,6 +95,36 @@ def test_faithfulness_errors():
         faithfulness(lambda a: a.sum(1), np.ones((2, 1)), np.ones((2, 1)))
 
 
+def test_faithfulness_and_sufficiency_scalar_and_row_baselines():
+    w = np.array([1.0, -2.0, 0.5])
+    x = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]])
+    c = np.array([[0.3, 2.0, -1.0], [1.0, 0.5, 0.0]])
+
+    def f(a):
+        return np.tanh(a) @ w
+
+    full = np.full((2, 3), 0.25)
+    want_f = faithfulness(f, x, c, baseline=full)
+    want_s = sufficiency(f, x, c, baseline=full, k=[1, 2])
+    for b in (
+        0.25,
+        np.float64(0.25),
+        np.array(0.25),
+        torch.tensor(0.25),
+        np.full((1, 3), 0.25),
+        torch.full((1, 3), 0.25),
+    ):
+        np.testing.assert_array_equal(faithfulness(f, x, c, b), want_f)
+        np.testing.assert_array_equal(sufficiency(f, x, c, b, k=[1, 2]), want_s)
+    # a (1, D) row is broadcast to every sample, like (D,)
+    row = np.array([[0.0, 1.0, -1.0]])
+    np.testing.assert_array_equal(faithfulness(f, x, c, row), faithfulness(f, x, c, row[0]))
+    with pytest.raises(ValueError, match=r"baseline must be a scalar or have shape"):
+        faithfulness(f, x, c, np.zeros((3, 3)))
+    with pytest.raises(ValueError, match=r"baseline must be a scalar or have shape"):
+        sufficiency(f, x, c, np.zeros((1, 2)))
+
+
 # ---------------------------------------------------------------- sufficiency
 def test_sufficiency_hand_computed():
     # f(x) = x0*x1 + x2 at (1, 2, 3), f = 5, baseline 0.
@@ -142,6 +172,24 @@ def test_sufficiency_bad_k():
     for k in (0, -1, 1.5, True, []):
         with pytest.raises(ValueError, match="k"):
             sufficiency(lambda a: a.sum(1), np.ones((1, 2)), np.ones((1, 2)), k=k)
+
+
+def test_sufficiency_zero_d_integer_k():
+    def f(a):
+        return a @ np.array([3.0, -1.0, 0.5])
+
+    x, c = np.ones((2, 3)), np.array([[3.0, -1.0, 0.5], [0.1, 2.0, 1.0]])
+    want = sufficiency(f, x, c, baseline=0.0, k=2)
+    for k in (np.int64(2), np.array(2), torch.tensor(2), np.array(2, dtype=np.uint8)):
+        got = sufficiency(f, x, c, baseline=0.0, k=k)
+        assert got.shape == (2,)
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(
+        sufficiency(f, x, c, baseline=0.0, k=torch.tensor([1, 2])), sufficiency(f, x, c, baseline=0.0, k=[1, 2])
+    )
+    for k in (np.array(2.0), torch.tensor(2.0), torch.tensor(0), np.array(True), "2"):
+        with pytest.raises(ValueError, match="k"):
+            sufficiency(f, x, c, k=k)
 
 
 # ---------------------------------------------------------------- stability
@@ -216,6 +264,16 @@ def test_stability_errors():
         stability(np.ones((2, 2)), np.ones((2, 3)))
 
 
+def test_stability_eps_as_0d_array_or_tensor():
+    x = np.array([[0.0, 0.0], [0.04, 0.03], [5.0, 5.0]])
+    w = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    for eps in (torch.tensor(0.05), np.array(0.05), np.float32(0.05), torch.tensor(0.05, dtype=torch.float64)):
+        assert stability(x, w, eps=eps) == pytest.approx(60.0)
+    for eps in (torch.tensor(0.0), torch.tensor([0.05, 0.1]), "0.05", True):
+        with pytest.raises(ValueError, match="eps"):
+            stability(x, w, eps=eps)
+
+
 # ---------------------------------------------------------------- inconsistency / top-k
 def test_inconsistency_2d_hand_computed():
     # |.| and /max per repeat: (1, 0.5) and (1, 1); std over repeats (ddof 0): (0, 0.25); mean 0.125
@@ -251,6 +309,22 @@ def test_topk_agreement_hand_computed():
         topk_agreement(a, b[0], 1)
 
 
+def test_topk_agreement_zero_d_integer_k():
+    a = np.array([[3.0, -2.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    b = np.array([[0.1, 5.0, -4.0, 0.0], [0.0, 0.0, 2.0, 2.0]])
+    for k in (torch.tensor(2), np.array(2), np.int32(2)):
+        np.testing.assert_allclose(topk_agreement(a, b, k), [1 / 3, 0.0])
+    for k in (torch.tensor(2.0), torch.tensor([2]), 0, True):
+        with pytest.raises(ValueError, match="k must be a positive integer"):
+            topk_agreement(a, b, k)
+
+
+def test_inconsistency_docstring_cites_alime_not_dlime():
+    doc = inconsistency.__doc__
+    assert "ALIME" in doc and "§4.1" in doc and "Shankaranarayana" in doc
+    assert "DLIME" not in doc and "Zafar" not in doc
+
+
 # ---------------------------------------------------------------- coverage / completeness
 def test_interval_coverage_hand_computed():
     mean = np.array([0.0, 0.0, 1.0, 1.0, 0.0])
@@ -266,6 +340,25 @@ def test_interval_coverage_hand_computed():
         interval_coverage(mean, std, truth, level=1.0)
 
 
+def test_interval_coverage_broadcasts_std_and_truth_to_mean():
+    mean = np.array([0.0, 0.0, 1.0, 1.0, 0.0])
+    truth = np.array([1.95, 1.97, 0.0, 1.0, -3.0])
+    # scalar std 1: |d| = 1.95, 1.97, 1, 0, 3 against 1.96 -> 3/5 covered
+    assert interval_coverage(mean, 1.0, truth) == pytest.approx(0.6)
+    assert interval_coverage(mean, torch.tensor(1.0), truth) == pytest.approx(0.6)
+    assert interval_coverage(mean, np.ones(5), truth) == pytest.approx(0.6)
+    # scalar truth 0: |d| = 0, 0, 1, 1, 0 with std 0.6 (q*std = 1.176) -> all covered
+    assert interval_coverage(mean, 0.6, 0.0) == 1.0
+    # (m, D) mean with a per-feature (D,) std
+    m2 = np.zeros((2, 3))
+    t2 = np.array([[1.0, 1.0, 1.0], [0.1, 3.0, 0.1]])
+    assert interval_coverage(m2, np.array([1.0, 0.1, 1.0]), t2) == pytest.approx(4 / 6)
+    with pytest.raises(ValueError, match="std must have mean's shape"):
+        interval_coverage(mean, np.ones(3), truth)
+    with pytest.raises(ValueError, match="truth must have mean's shape"):
+        interval_coverage(mean, 1.0, np.zeros((5, 1)))  # would broadcast to (5, 5), not to mean's (5,)
+
+
 def test_completeness_gap_hand_computed():
     a = np.array([[1.0, 2.0], [0.5, 0.5]])
     np.testing.assert_allclose(completeness_gap(a, [3.5, 1.0], 0.5), [0.0, 0.5])
@@ -273,6 +366,13 @@ def test_completeness_gap_hand_computed():
     np.testing.assert_allclose(completeness_gap(np.array([1.0, 1.0]), 2.5, 0.0), [-0.5])
     with pytest.raises(ValueError, match="one value per sample"):
         completeness_gap(a, [1.0], 0.0)
+
+
+def test_complex_predictions_are_an_error():
+    with pytest.raises(ValueError, match="complex"):
+        faithfulness(lambda a: a.sum(1) + 1j, np.eye(2), np.eye(2))
+    with pytest.raises(ValueError, match="complex"):
+        faithfulness(lambda a: a.sum(1).to(torch.complex128), torch.eye(2, dtype=torch.float64), np.eye(2))
 
 
 def test_no_warning_for_regular_input():
