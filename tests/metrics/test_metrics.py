@@ -319,12 +319,6 @@ def test_topk_agreement_zero_d_integer_k():
             topk_agreement(a, b, k)
 
 
-def test_inconsistency_docstring_cites_alime_not_dlime():
-    doc = inconsistency.__doc__
-    assert "ALIME" in doc and "§4.1" in doc and "Shankaranarayana" in doc
-    assert "DLIME" not in doc and "Zafar" not in doc
-
-
 # ---------------------------------------------------------------- coverage / completeness
 def test_interval_coverage_hand_computed():
     mean = np.array([0.0, 0.0, 1.0, 1.0, 0.0])
