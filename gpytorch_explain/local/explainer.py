@@ -45,13 +45,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
-from botorch.optim import optimize_acqf, optimize_acqf_mixed
 from botorch.utils.sampling import draw_sobol_samples
 from gpytorch.utils.warnings import NumericalWarning
 
 from ..attribution import PosteriorGradient, PosteriorIntegratedGradients
-from .acquisition import ACQUISITIONS, make_acquisition
+from .acquisition import ACQUISITIONS
 from .blackbox import BlackBox
+from .proposals import _MAX_ENUMERATED_COMBOS, _RANDOM_COMBOS, _ProposalMixin
 from .result import LocalExplanation, _to_numpy
 from .surrogate import (
     DEFAULT_PRIOR_SCALE,
@@ -65,8 +65,6 @@ from .surrogate import (
 __all__ = ["LocalGPExplainer"]
 
 _DT = torch.float64
-#: a proposed point this close (max-norm, box units) to a sample already taken counts as a repeat
-_DUPLICATE_TOL = 1e-6
 #: how the relevance's lengthscales are estimated (see ``LocalGPExplainer(relevance_prior=...)``)
 RELEVANCE_PRIORS = ("saas", "lognormal")
 #: the relevance surrogate's slope scale along feature i, sqrt(outputscale) / l_i (the prior std of its derivative, in
@@ -74,10 +72,6 @@ RELEVANCE_PRIORS = ("saas", "lognormal")
 _NO_EFFECT_SLOPE = 0.01
 #: the stencil half-width (box half-widths) that ``stencil="auto"`` uses
 AUTO_STENCIL = 0.1
-#: an all-categorical space with at most this many combinations of seen values is enumerated to find unsampled rows
-_MAX_ENUMERATED_COMBOS = 4096
-#: otherwise this many random combinations are searched for one not sampled yet
-_RANDOM_COMBOS = 512
 
 
 def _as_int(name: str, value) -> int:
@@ -99,19 +93,7 @@ def _tagged(tag: str, model, **kwargs) -> list[str]:
     return [f"{tag}: {m}" for m in fit_surrogate(model, **kwargs)]
 
 
-def _is_repeat(cand: torch.Tensor, seen: torch.Tensor) -> bool:
-    """Whether the ``(1, d)`` point ``cand`` is within ``_DUPLICATE_TOL`` (max-norm, box units) of a row of ``seen``."""
-    return bool(len(seen)) and bool((seen - cand).abs().amax(-1).min() < _DUPLICATE_TOL)
-
-
-def _posterior_var(model, U: torch.Tensor) -> torch.Tensor:
-    """The posterior variance of ``model`` at each row of ``U``."""
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Negative variance", category=NumericalWarning)
-        return model.posterior(U).variance.reshape(-1)
-
-
-class LocalGPExplainer:
+class LocalGPExplainer(_ProposalMixin):
     r"""Explain any black box locally with a GP surrogate sampled by Bayesian optimisation.
 
     :param predict_fn: callable mapping an ``(m, D)`` float array to ``m`` numbers (numpy, list or tensor);
@@ -578,158 +560,6 @@ class LocalGPExplainer:
         model = self._attribution_model(model)
         std = PosteriorGradient(model)(u0[None]).variance[0].clamp_min(0).sqrt().detach().numpy()
         return bool(np.all(std * ys / scale < self.gradient_tol))
-
-    # ------------------------------------------------------------------ acquisition
-    def _propose(self, model, u0, bounds, q, cat_pos, x, scale, rng) -> torch.Tensor:
-        """``q`` new points in box units, chosen greedily (fantasies with the posterior mean in between).
-
-        A point that repeats one already sampled (within ``1e-6`` box units; EI and PI do this once the surrogate
-        is sure of the incumbent) is replaced by the point of maximum posterior std: a repeated call of a
-        deterministic black box adds no information, and repeats leave the attribution surrogate with fewer
-        distinct points than features. When only categorical features are perturbed the space is finite and the
-        acquisition scores a few combinations, so the replacement is the combination of maximum posterior std
-        among those not sampled yet (all of them when there are at most ``_MAX_ENUMERATED_COMBOS``); once every
-        combination has been sampled the repeat is kept. Both are reported in ``result.warnings``. If the
-        maximum-std point itself repeats a sample (mixed or continuous features), the one of maximum posterior std
-        among ``_RANDOM_COMBOS`` random unsampled points of the box is taken.
-        """
-        combos = self._categorical_combos(cat_pos, x, scale, rng)
-        all_categorical = bool(combos) and len(cat_pos) == u0.numel()
-        cur = model
-        chosen = []
-        for j in range(q):
-            acq = make_acquisition(
-                self.acquisition,
-                cur,
-                u0,
-                bounds,
-                jitter=self.jitter,
-                exploration_weight=self.exploration_weight,
-                num_mc_points=self.num_mc_points,
-                seed=int(rng.randint(0, 2**31 - 1)),
-            )
-            seen = torch.cat([model.train_inputs[0], *chosen], dim=0)  # len(seen): the proposal's row index
-            if all_categorical:  # only categorical features vary: score the combinations
-                rng.randint(0, 2**31 - 1)  # the optimiser's seed, unused here (keeps the random stream unchanged)
-                pts = torch.tensor([[combo[p] for p in range(u0.numel())] for combo in combos], dtype=_DT)
-                with torch.no_grad():
-                    cand = self._snap(pts[int(acq(pts.unsqueeze(-2)).argmax())].unsqueeze(0), cat_pos, x, scale)
-                if _is_repeat(cand, seen):
-                    free = self._unsampled_combinations(seen, cat_pos, x, scale, rng)
-                    if len(free):
-                        self._replaced.append(len(seen))
-                        cand = free[int(_posterior_var(cur, free).argmax())].unsqueeze(0)
-                    else:  # every combination has been sampled: the repeat is unavoidable
-                        self._exhausted.append(len(seen))
-            else:
-                cand = self._snap(self._maximise(acq, bounds, combos, rng), cat_pos, x, scale)
-                if _is_repeat(cand, seen):
-                    self._replaced.append(len(seen))
-                    var_acq = make_acquisition("variance", cur, u0, bounds)
-                    cand = self._snap(self._maximise(var_acq, bounds, combos, rng), cat_pos, x, scale)
-                    if _is_repeat(cand, seen):  # the optimiser found no better point: the best of random unsampled
-                        free = self._random_points(cat_pos, x, scale, rng, u0.numel())
-                        free = free[torch.cdist(free, seen, p=float("inf")).amin(-1) >= _DUPLICATE_TOL]
-                        if len(free):
-                            cand = free[int(_posterior_var(cur, free).argmax())].unsqueeze(0)
-            cand = cand.detach().reshape(1, -1)
-            chosen.append(cand)
-            if j < q - 1:
-                with torch.no_grad():
-                    fantasy = cur.posterior(cand).mean
-                cur = cur.condition_on_observations(cand, fantasy)
-        return torch.cat(chosen, dim=0)
-
-    def _category_codes(self, cat_pos, x, scale) -> dict[int, np.ndarray]:
-        """Box-unit codes of each categorical feature's seen values, by position in the active features."""
-        return {p: (self.categorical_values[c] - x[c]) / scale[p] for p, c in cat_pos.items()}
-
-    def _snap(self, U: torch.Tensor, cat_pos, x, scale) -> torch.Tensor:
-        """``U`` with each categorical coordinate moved to the code of the nearest seen value (what ``_to_user``
-        evaluates; a no-op for codes of seen values, which proposals use unless ``x``'s own value is unseen)."""
-        if not cat_pos:
-            return U
-        U = U.clone()
-        for p, codes in self._category_codes(cat_pos, x, scale).items():
-            U[:, p] = torch.as_tensor(codes, dtype=_DT)[(U[:, p, None] - torch.as_tensor(codes)).abs().argmin(-1)]
-        return U
-
-    def _unsampled_combinations(self, seen: torch.Tensor, cat_pos, x, scale, rng) -> torch.Tensor:
-        """Combinations of seen categorical values (box units, ``(k, d)``; every active feature categorical) that
-        differ from every row of ``seen``: all such when there are at most ``_MAX_ENUMERATED_COMBOS``
-        combinations, else those among ``_RANDOM_COMBOS`` random ones."""
-        codes = self._category_codes(cat_pos, x, scale)
-        cols = [torch.as_tensor(codes[p], dtype=_DT) for p in range(len(codes))]
-        if np.prod([c.numel() for c in cols], dtype=float) <= _MAX_ENUMERATED_COMBOS:
-            cands = torch.cartesian_prod(*cols).reshape(-1, len(cols))
-        else:
-            cands = torch.stack([c[torch.as_tensor(rng.randint(0, c.numel(), _RANDOM_COMBOS))] for c in cols], -1)
-        if not len(seen):
-            return cands
-        return cands[torch.cdist(cands, seen, p=float("inf")).amin(-1) >= _DUPLICATE_TOL]
-
-    def _random_points(self, cat_pos, x, scale, rng, d: int) -> torch.Tensor:
-        """``_RANDOM_COMBOS`` uniform points of the box (box units), categorical coordinates at seen values."""
-        U = torch.as_tensor(rng.uniform(-1.0, 1.0, size=(_RANDOM_COMBOS, d)), dtype=_DT)
-        for p, codes in self._category_codes(cat_pos, x, scale).items():
-            U[:, p] = torch.as_tensor(codes[rng.randint(0, codes.size, _RANDOM_COMBOS)], dtype=_DT)
-        return U
-
-    def _distinct_initial_rows(self, x, X_init: np.ndarray, cat_pos, scale, rng) -> np.ndarray:
-        """The initial design with each row that repeats ``x`` or an earlier row redrawn among the unsampled
-        combinations (only categorical features perturbed); a repeat left when none is left is recorded."""
-        X_init = X_init.copy()
-        for i in range(len(X_init)):
-            seen = self._to_u(np.vstack([x[None, :], X_init[:i]]), x, scale)
-            row = self._to_u(X_init[i : i + 1], x, scale)
-            if not _is_repeat(row, seen):
-                continue
-            free = self._unsampled_combinations(seen, cat_pos, x, scale, rng)
-            if len(free):
-                X_init[i] = self._to_user(free[int(rng.randint(0, len(free)))].unsqueeze(0), x, scale)[0]
-            else:
-                self._exhausted.append(1 + i)
-        return X_init
-
-    def _maximise(self, acq, bounds, combos, rng) -> torch.Tensor:
-        """BoTorch's ``optimize_acqf`` (``optimize_acqf_mixed`` with categorical features) for one point."""
-        opts = {"maxiter": 50, "seed": int(rng.randint(0, 2**31 - 1))}
-        if not combos:
-            cand, _ = optimize_acqf(
-                acq,
-                bounds=bounds,
-                q=1,
-                num_restarts=self.num_restarts,
-                raw_samples=self.raw_samples,
-                options=opts,
-                retry_on_optimization_warning=False,
-            )
-        else:
-            cand, _ = optimize_acqf_mixed(
-                acq,
-                bounds=bounds,
-                q=1,
-                num_restarts=self.num_restarts,
-                raw_samples=self.raw_samples,
-                fixed_features_list=combos,
-                options=opts,
-                retry_on_optimization_warning=False,
-            )
-        return cand.detach().reshape(1, -1)
-
-    def _categorical_combos(self, cat_pos, x, scale, rng) -> list[dict[int, float]]:
-        if not cat_pos:
-            return []
-        combos = [{p: 0.0 for p in cat_pos}]  # x's own values
-        for _ in range(self.num_categorical_candidates - 1):
-            combos.append(
-                {p: float((rng.choice(self.categorical_values[c]) - x[c]) / scale[p]) for p, c in cat_pos.items()}
-            )
-        unique = []
-        for c in combos:
-            if c not in unique:
-                unique.append(c)
-        return unique
 
     # ------------------------------------------------------------------ result
     def _stencil_check(self, y_all, scale, g_mean, g_std, messages) -> None:
