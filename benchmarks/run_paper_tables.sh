@@ -69,7 +69,20 @@ nice -n 19 "$PY" benchmarks/paper_tables.py --datasets wine --first-split 4 --sp
 # against 0.885 with 1,000 rows, MSE 0.058 both, stability 1.127 against 1.117: no.
 # "$PY" benchmarks/paper_tables.py --datasets digits --splits 1 --fit-max 100000 --gpr-fit-max 1000 --gp-iter 50 \
 #     --explain-max 20 --skip-agnostic --skip-lasso --out $R/paper_tables_digits_fitall.md
+# batch 5 (2026-11-28, seventh session): the "GPX (paper fit)" column only, i.e. GPX fitted by the authors' own
+# procedure (paper_tables.fit_gpx_paper), on the same splits and fitting rows as each dataset's GPX column; the
+# small datasets in one process, then Wine, beside Abalone (OMP_NUM_THREADS=1 each, no other load but tests).
+P="--gpx-fit paper --skip-baselines"
+("$PY" benchmarks/paper_tables.py --datasets diabetes boston fish digits --splits 5 $COMMON $P \
+    --out $R/paper_tables_paperfit.md
+ "$PY" benchmarks/paper_tables.py --datasets wine --splits 5 --fit-max 3000 --gpr-fit-max 1000 $BASE $P \
+    --out $R/paper_tables_paperfit_wine.md) &
+"$PY" benchmarks/paper_tables.py --datasets abalone --splits 5 --fit-max 100000 --gpr-fit-max 1000 $BASE $P \
+    --out $R/paper_tables_paperfit_abalone.md &
+wait
+"$PY" benchmarks/gpx_faithfulness_profile.py --dataset fish --splits 5 --mults 1.5 2 --loo  # now with paper-fit
 "$PY" benchmarks/paper_tables.py $COMMON --merge $R/paper_tables_small.json $R/paper_tables_mid.json \
     $R/paper_tables_digits.json $R/paper_tables_abalone.json $R/paper_tables_wine.json $R/paper_tables_fish.json \
     $R/paper_tables_gstab.json $R/paper_tables_gstab2.json $R/paper_tables_abalone2.json $R/paper_tables_wine2.json \
-    $R/paper_tables_wine3.json $R/paper_tables_wine4.json $R/paper_tables_wine5.json --out $R/paper_tables.md
+    $R/paper_tables_wine3.json $R/paper_tables_wine4.json $R/paper_tables_wine5.json $R/paper_tables_paperfit.json \
+    $R/paper_tables_paperfit_abalone.json $R/paper_tables_paperfit_wine.json --out $R/paper_tables.md
