@@ -80,9 +80,13 @@ P="--gpx-fit paper --skip-baselines"
 "$PY" benchmarks/paper_tables.py --datasets abalone --splits 5 --fit-max 100000 --gpr-fit-max 1000 $BASE $P \
     --out $R/paper_tables_paperfit_abalone.md &
 wait
+# Digits split 0 again with every method, pytorch-gpx installed (`bench` extra): Table 4's times, pytorch-gpx's
+# beside the others, all from this one run (its metrics reproduce the earlier split-0 records)
+"$PY" benchmarks/paper_tables.py --datasets digits --splits 1 $COMMON --out $R/paper_tables_digits0.md
 "$PY" benchmarks/gpx_faithfulness_profile.py --dataset fish --splits 5 --mults 1.5 2 --loo  # now with paper-fit
 "$PY" benchmarks/paper_tables.py $COMMON --merge $R/paper_tables_small.json $R/paper_tables_mid.json \
     $R/paper_tables_digits.json $R/paper_tables_abalone.json $R/paper_tables_wine.json $R/paper_tables_fish.json \
     $R/paper_tables_gstab.json $R/paper_tables_gstab2.json $R/paper_tables_abalone2.json $R/paper_tables_wine2.json \
     $R/paper_tables_wine3.json $R/paper_tables_wine4.json $R/paper_tables_wine5.json $R/paper_tables_paperfit.json \
-    $R/paper_tables_paperfit_abalone.json $R/paper_tables_paperfit_wine.json --out $R/paper_tables.md
+    $R/paper_tables_paperfit_abalone.json $R/paper_tables_paperfit_wine.json $R/paper_tables_digits0.json \
+    --out $R/paper_tables.md
