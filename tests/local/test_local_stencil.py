@@ -4,7 +4,7 @@ The calibration case is an interaction that oscillates inside the box (f = x·a 
 about ±9 rad): without the stencil the slope of x₀ is reported tens of stds off; with the stencil and an
 interpolating attribution surrogate (``attribution_noise=1e-6``, or the default learned noise, whose prior lets it
 fall to 1e-6) every slope is within two stds of the analytic one. ``stencil="auto"`` (the default) uses δ = 0.1
-when the stencil takes at most a quarter of the budget.
+when the stencil takes at most half of the budget.
 """
 
 import numpy as np
@@ -80,7 +80,7 @@ def test_stencil_with_an_interpolating_surrogate_covers_an_oscillating_interacti
 
 
 def test_the_defaults_cover_the_oscillating_interaction():
-    # stencil="auto" (on: 12 stencil rows <= 50 / 4) and the learned noise under its broad prior
+    # stencil="auto" (on: 12 stencil rows <= 50 / 2) and the learned noise under its broad prior
     data = _data()
     x = data[0]
     truth = _true_gradient(x)
@@ -91,7 +91,7 @@ def test_the_defaults_cover_the_oscillating_interaction():
     assert not np.allclose(off.x_samples[1:13], res.x_samples[1:13])
 
 
-def test_auto_stencil_is_on_only_when_it_takes_at_most_a_quarter_of_the_budget():
+def test_auto_stencil_is_on_only_when_it_takes_at_most_half_of_the_budget():
     rng = np.random.RandomState(0)
 
     def rows(D, budget):
@@ -103,11 +103,13 @@ def test_auto_stencil_is_on_only_when_it_takes_at_most_a_quarter_of_the_budget()
             expected[2 * j, j], expected[2 * j + 1, j] = 0.1 * data[:, j].std(), -0.1 * data[:, j].std()
         return np.allclose(dx, expected, rtol=0, atol=1e-12)
 
-    assert rows(3, 24)  # 6 stencil rows <= 24 / 4
-    assert not rows(3, 23)  # 6 > 23 / 4
-    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 6), budget=50).stencil == 0.1  # 12 <= 12.5
-    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 13), budget=50).stencil is None  # 26 > 12.5
-    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 13), budget=104).stencil == 0.1
+    assert rows(3, 12)  # 6 stencil rows <= 12 / 2 (and 1 + 6 + 2 Sobol rows leave 3 calls to BO)
+    assert not rows(3, 11)  # 6 > 11 / 2
+    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 12), budget=50).stencil == 0.1  # 24 <= 25
+    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 13), budget=50).stencil is None  # 26 > 25
+    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 13), budget=52).stencil == 0.1
+    # it must leave at least 2 calls to BO: 5 features, budget 12: 1 + 10 + 2 Sobol rows > 12 - 2
+    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 5), budget=12).stencil is None
     with pytest.raises(ValueError, match="stencil must be"):
         LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 3), stencil="on")
 
