@@ -166,11 +166,14 @@ print(f"IG completeness gap: max |gap| = {np.abs(ig_gap).max():.1e}")
 #
 # Faithfulness and sufficiency remove features by setting them to the baseline $\mathbf 0$ (the training
 # mean). Stability compares the *weights* of neighbouring test samples (`eps` is the neighbourhood radius in
-# standardised units, divided by the dimension). Inconsistency is computed over 20 draws from each
+# standardised units, divided by the dimension); a sample with no neighbour within `eps` has no score, and how
+# many have one is printed (with few test samples in several dimensions, few do at small `eps`). Inconsistency
+# is computed over 20 draws from each
 # contribution's posterior, $\mathcal N(\text{mean}, \text{std}^2)$ per feature (0 for the ridge model, which
 # has no posterior).
 
 # %%
+EPS = 0.2
 ks = list(range(1, 6))
 rng = np.random.default_rng(0)
 scores = {}
@@ -178,13 +181,15 @@ for name, (_, predict) in explainers.items():
     out = outputs[name]
     faith = metrics.faithfulness(predict, x_te.numpy(), out.contributions, baseline=baseline.numpy())
     suff = metrics.sufficiency(predict, x_te.numpy(), out.contributions, baseline=baseline.numpy(), k=ks)
-    stab = metrics.stability(x_te.numpy(), out.weights, eps=0.1)
+    # per sample: samples without a neighbour within eps are nan (the mean warns and counts them)
+    stab = metrics.stability(x_te.numpy(), out.weights, eps=EPS, reduction="none")
     std = out.std if out.std is not None else np.zeros_like(out.contributions)
     draws = out.contributions + std * rng.standard_normal((20, *out.contributions.shape))
     scores[name] = {
         "faithfulness": float(np.nanmean(faith)),
         "sufficiency": suff.mean(1),
-        "stability": float(stab),
+        "stability": float(np.nanmean(stab)) if np.isfinite(stab).any() else float("nan"),
+        "with_neighbour": int(np.isfinite(stab).sum()),
         "inconsistency": metrics.inconsistency(draws),
     }
 print(f"{'explainer':<16}{'faithfulness':>14}{'suff@1':>9}{'suff@3':>9}{'stability':>11}{'inconsistency':>15}")
@@ -193,6 +198,8 @@ for name, s in scores.items():
         f"{name:<16}{s['faithfulness']:>14.3f}{s['sufficiency'][0]:>9.3f}{s['sufficiency'][2]:>9.3f}"
         f"{s['stability']:>11.3f}{s['inconsistency']:>15.3f}"
     )
+n_nb = scores[next(iter(scores))]["with_neighbour"]
+print(f"stability: mean over the {n_nb} of {len(x_te)} test samples with a neighbour within eps = {EPS}")
 
 # %% [markdown]
 # Sufficiency as a function of $k$ (GPX paper, Figure 2): the mean $|f(\mathbf x) - f(\mathbf x^{[k]})|$ over

@@ -46,8 +46,8 @@ def stability(
     - **Self and duplicates**: :math:`i' = i` is excluded, and so is any neighbour with
       :math:`\mathbf z_{i'} = \mathbf z_i` (the ratio is 0/0 or infinite: duplicated rows exist, e.g. in Wine).
     - **No neighbour**: a sample whose :math:`\mathcal B_\epsilon` is empty (after the exclusions) has no
-      :math:`L`; it is left out of the mean (``nan`` with ``reduction="none"``). If no sample has a neighbour
-      the result is ``nan`` with a ``RuntimeWarning``.
+      :math:`L`; it is left out of the mean, with a ``RuntimeWarning`` that counts such samples (``nan`` with
+      ``reduction="none"``, silently). If no sample has a neighbour the result is ``nan`` with a ``RuntimeWarning``.
 
     :param x: test inputs ``(m, D)`` defining the neighbourhoods.
     :param weights: the local weights ``(m, d)`` (for GPX the posterior mean weights, not the contributions).
@@ -104,4 +104,12 @@ def stability(
             stacklevel=2,
         )
         return float("nan")
+    missing = int(np.isnan(out).sum())
+    if missing:
+        warnings.warn(
+            f"stability: {missing} of the {m} samples have no neighbour within eps = {eps} (distance ||x' - x||/D) "
+            f"and are left out of the mean, which is over the other {m - missing}.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return float(np.nanmean(out))

@@ -201,7 +201,12 @@ def test_stability_hand_computed():
     w = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     per = stability(x, w, reduction="none")
     assert per[0] == pytest.approx(60.0) and per[1] == pytest.approx(60.0) and np.isnan(per[2])
-    assert stability(x, w) == pytest.approx(60.0)  # sample 2 (no neighbour) is left out of the mean
+    with pytest.warns(RuntimeWarning, match="1 of the 3 samples have no neighbour") as rec:
+        assert stability(x, w) == pytest.approx(60.0)  # sample 2 (no neighbour) is left out of the mean
+    assert "over the other 2" in str(rec[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every sample has a neighbour: no warning
+        assert stability(x[:2], w[:2]) == pytest.approx(stability(x[:2], w[:2], reduction="none").mean())
 
 
 def test_stability_max_over_neighbours_with_separate_z():
