@@ -14,8 +14,9 @@ attributions with a standard deviation, and the ``"gradient"`` acquisition sampl
 Design, per :meth:`LocalGPExplainer.explain`:
 
 1. call the black box on ``x``, the central-difference stencil :math:`\mathbf x \pm \delta r\sigma_i\mathbf e_i`
-   (``stencil``; by default when it takes at most half of the budget) and ``n_initial`` scrambled-Sobol points
-   of the box (one batch);
+   or the forward one :math:`\mathbf x + \delta r\sigma_i\mathbf e_i` (``stencil``, ``stencil_kind``; by default
+   central when it takes at most half of the budget, else forward within two thirds) and ``n_initial``
+   scrambled-Sobol points of the box (one batch);
 2. until ``budget`` rows are used: refit the surrogate (warm start; see ``refit_growth``), then choose ``q`` points
    (greedy, each conditioned on the previous ones with the posterior mean as the fantasised value:
    exact for the variance-type acquisitions, the "kriging believer" for EI/PI/LCB) and call the black box on
@@ -53,6 +54,7 @@ from .acquisition import ACQUISITIONS
 from .blackbox import BlackBox
 from .proposals import _MAX_ENUMERATED_COMBOS, _RANDOM_COMBOS, _ProposalMixin
 from .result import LocalExplanation, _to_numpy
+from .stencil import choose_stencil, stencil_differences, stencil_rows
 from .surrogate import (
     DEFAULT_PRIOR_SCALE,
     fit_surrogate,
@@ -70,10 +72,6 @@ RELEVANCE_PRIORS = ("saas", "lognormal")
 #: the relevance surrogate's slope scale along feature i, sqrt(outputscale) / l_i (the prior std of its derivative, in
 #: standardised outputs per box half-width); below this for every feature, it found no feature with an effect
 _NO_EFFECT_SLOPE = 0.01
-#: the stencil half-width (box half-widths) that ``stencil="auto"`` uses
-AUTO_STENCIL = 0.1
-#: ``stencil="auto"`` is on when the stencil's rows take at most this share of the budget
-AUTO_STENCIL_SHARE = 0.5
 
 
 def _as_int(name: str, value) -> int:
@@ -171,24 +169,35 @@ class LocalGPExplainer(_ProposalMixin):
         a smooth black box, against 0.3 % with ``"saas"``, ``benchmarks/results/local_smooth_consistency.txt``).
         The acquisitions, the gradient and IG do not depend on it.
     :param stencil: ``"auto"`` (default), ``None`` or a half-width :math:`\delta` in box half-widths: the first
-        call then also evaluates the central-difference stencil :math:`\mathbf x \pm \delta\, r\sigma_i\mathbf e_i`
-        of every perturbed continuous feature (``2 x`` their number of rows, before the Sobol points), so the slope
-        at ``x`` is pinned by samples rather than by the surrogate's smoothness. ``"auto"`` uses
-        :math:`\delta` = ``AUTO_STENCIL`` (0.1) when the stencil takes at most half of the budget
-        (``AUTO_STENCIL_SHARE``; and leaves at least 2 calls to the acquisition), and no stencil otherwise (12
-        features at 50 calls: on; 13 at 50: off). Until 2026-11-28 the share was a quarter; on
-        f = x·a + 0.1 sin(x₀x₁) with 10 features (5 without effect) at 50 calls, 3 instances x 4 seeds, the stencil
-        took the true gradient inside two stds for 120 of 120 features against 112 (largest miss 13 stds) and made
-        the gradient steadier (inconsistency 0.0010 against 0.0018) but 1/l less steady (0.017 against 0.011). On
-        tree ensembles the stencil spends calls where the black box is flat or jumps: on Boston / ExtraTrees
-        (13 features, ``stencil=0.1`` at 50 calls) it made ``"variance"`` at interval 2 less steady than LIME at 50
-        samples (1/l inconsistency 0.114 against 0.030 without it); pass ``stencil=None`` there.
-        The stencil's central differences are also
+        call then also evaluates a finite-difference stencil around ``x`` on every perturbed continuous feature
+        (before the Sobol points; see ``stencil_kind``), so the slope at ``x`` is pinned by samples rather than by the
+        surrogate's smoothness. ``"auto"`` uses :math:`\delta` = ``AUTO_STENCIL`` (0.1): the central stencil when it
+        takes at most half of the budget (``AUTO_STENCIL_SHARE``), else the forward stencil when it takes at most two
+        thirds (``AUTO_FORWARD_SHARE``), each only if at least 2 calls are left to the acquisition; otherwise none,
+        and ``result.warnings`` says so ("stencil: off"). At 50 calls: up to 12 features central, 13-33 forward.
+        Until 2026-11-28 the share was a quarter and the forward stencil did not exist; on
+        f = x·a + 0.1 sin(x₀x₁) with 10 features (5 without effect) at 50 calls, 3 instances x 4 seeds, the central
+        stencil took the true gradient inside two stds for 120 of 120 features against 112 (largest miss 13 stds)
+        and made the gradient steadier (inconsistency 0.0010 against 0.0018) but 1/l less steady (0.017 against
+        0.011). With 30 features at 50 calls (a smooth synthetic black box, and breast cancer / SVC) the surrogate
+        alone reports the box's average slope with an overconfident std (153 of 180 and 210 of 300 true gradients
+        inside two stds, misses up to 45 stds); the forward stencil covered 180 of 180 and 300 of 300.
+        On tree ensembles the stencil spends calls where the black box is flat or jumps: on Boston / ExtraTrees
+        (13 features, ``stencil=0.1`` central at 50 calls) it made ``"variance"`` at interval 2 less steady than LIME
+        at 50 samples (1/l inconsistency 0.114 against 0.030 without it); pass ``stencil=None`` there.
+        The stencil's finite differences are also
         a direct reading of the slope at ``x``: ``gradient_std`` is widened to reach them where the surrogate
         disagrees (``"stencil check"`` in ``result.warnings``). On 6 smooth 6-feature black boxes x 8 instances at
         50 calls (``"lcb"``) the true gradient was inside two stds for 288 of 288 features with the defaults (285
         before the stencil check), 272 with ``stencil=None``, and 230 before both this and the trend surrogate's
         noise prior were defaults (largest miss 52 stds; ``benchmarks/results/local_gradient_calibration.txt``).
+    :param stencil_kind: ``"auto"`` (default), ``"central"`` or ``"forward"``. Central: the rows
+        :math:`\mathbf x \pm \delta r\sigma_i\mathbf e_i` (2 per feature, in feature order, ``+`` first), whose
+        differences :math:`(f(\mathbf x + h\mathbf e_i) - f(\mathbf x - h\mathbf e_i))/2h` are exact up to
+        :math:`O(h^2 f^{(3)})`. Forward: the rows :math:`\mathbf x + \delta r\sigma_i\mathbf e_i` (1 per feature),
+        differences :math:`(f(\mathbf x + h\mathbf e_i) - f(\mathbf x))/h`, exact up to :math:`O(h f'')`.
+        ``"auto"``: central when it fits (see ``stencil``), else forward. ``self.stencil_kind`` holds the design
+        used.
     :param input_type: ``"auto"``, ``"numpy"`` or ``"torch"`` (what ``predict_fn`` receives).
     :param num_threads: torch threads during :meth:`explain` (restored afterwards). The surrogate's matrices
         are tiny (``budget`` rows), where thread start-up dominates: one thread is ~100x faster on a loaded
@@ -235,6 +244,7 @@ class LocalGPExplainer(_ProposalMixin):
         attribution_noise: float | None = None,
         relevance_prior: str = "saas",
         stencil: float | str | None = "auto",
+        stencil_kind: str = "auto",
     ):
         data = training_data.detach().cpu().numpy() if torch.is_tensor(training_data) else training_data
         data = np.asarray(data, dtype=np.float64)
@@ -314,27 +324,10 @@ class LocalGPExplainer(_ProposalMixin):
             raise ValueError(f"Unknown relevance_prior {relevance_prior!r}; choose one of {RELEVANCE_PRIORS}.")
         self.relevance_prior = relevance_prior
         n_cont = sum(1 for j in self.active if j not in self.categorical_features)
-        if isinstance(stencil, str):
-            if stencil != "auto":
-                raise ValueError(f"stencil must be 'auto', None or a half-width in (0, 1], got {stencil!r}.")
-            # on when the stencil takes at most half of the budget and leaves at least 2 calls to BO
-            first = 1 + 2 * n_cont + self.n_initial
-            cheap = 0 < 2 * n_cont <= AUTO_STENCIL_SHARE * self.budget and self.budget - first >= 2
-            stencil = AUTO_STENCIL if cheap else None
-        elif stencil is not None:
-            stencil = float(stencil)
-            if not (0.0 < stencil <= 1.0):
-                raise ValueError(
-                    f"stencil must be 'auto', None or a half-width in (0, 1] box half-widths, got {stencil}."
-                )
-            if n_cont == 0:
-                raise ValueError("stencil needs a perturbed continuous feature; every one here is categorical.")
-            if self.budget < 1 + 2 * n_cont + self.n_initial + 1:
-                raise ValueError(
-                    f"budget = {self.budget} is smaller than the initial design with a stencil: x + 2 x {n_cont} "
-                    f"stencil points + n_initial = {self.n_initial} Sobol points + at least one BO step need "
-                    f"budget >= {2 * n_cont + self.n_initial + 2}."
-                )
+        #: the stencil's half-width (None: no stencil), its design, and why "auto" left it off (None otherwise)
+        stencil, self.stencil_kind, self._stencil_off_reason = choose_stencil(
+            stencil, stencil_kind, n_cont, self.budget, self.n_initial
+        )
         self.stencil = stencil
         self.num_mc_points = int(num_mc_points)
         self.refit_maxiter = int(refit_maxiter)
@@ -437,11 +430,9 @@ class LocalGPExplainer(_ProposalMixin):
         self._exhausted: list[int] = []
         if cat_pos and len(cat_pos) == d:  # only categorical features vary: no row of the design repeats another
             X_init = self._distinct_initial_rows(x, X_init, cat_pos, scale, rng)
-        if self.stencil is not None:  # central-difference points x ± δ e_i (box units) on the continuous features
+        if self.stencil is not None:  # difference points x ± δ e_i or x + δ e_i (box units), continuous features
             cont = [p for p in range(d) if p not in cat_pos]
-            U_st = torch.zeros(2 * len(cont), d, dtype=_DT)
-            for k, p in enumerate(cont):
-                U_st[2 * k, p], U_st[2 * k + 1, p] = self.stencil, -self.stencil
+            U_st = stencil_rows(self.stencil, self.stencil_kind, d, cont, dtype=_DT)
             X_init = np.vstack([self._to_user(U_st, x, scale), X_init])
         y_all = self.black_box(np.vstack([x[None, :], X_init]))
         X_all = self.black_box.last_input  # the rows as the black box received them (e.g. rounded to float32)
@@ -570,11 +561,14 @@ class LocalGPExplainer(_ProposalMixin):
 
     # ------------------------------------------------------------------ result
     def _stencil_check(self, y_all, scale, g_mean, g_std, messages) -> None:
-        r"""Widen ``g_std`` (in place) by the distance to the stencil's central differences.
+        r"""Widen ``g_std`` (in place) by the distance to the stencil's finite differences.
 
-        The stencil rows (rows 1 .. 2k of the first call) give a direct reading of the slope at ``x``,
-        :math:`d_j = (f(\mathbf x + h_j\mathbf e_j) - f(\mathbf x - h_j\mathbf e_j)) / 2h_j` with
-        :math:`h_j = \delta r\sigma_j`, exact up to :math:`O(h_j^2 f^{(3)})` for a deterministic smooth black box.
+        The stencil rows (rows 1 .. 2k, or 1 .. k for the forward stencil, of the first call) give a direct reading
+        of the slope at ``x``: the central difference
+        :math:`d_j = (f(\mathbf x + h_j\mathbf e_j) - f(\mathbf x - h_j\mathbf e_j)) / 2h_j`, exact up to
+        :math:`O(h_j^2 f^{(3)})` for a deterministic smooth black box, or the forward difference
+        :math:`d_j = (f(\mathbf x + h_j\mathbf e_j) - f(\mathbf x)) / h_j`, exact up to :math:`O(h_j f'')`, with
+        :math:`h_j = \delta r\sigma_j`.
         A surrogate that calls a small smooth part of the black box noise can sit many of its stds away from it (the
         box's average slope instead of the slope at ``x``). The reported std becomes
         :math:`\sqrt{s_j^2 + (d_j - m_j)^2}`, so that the interval reaches the direct reading; where the two agree
@@ -582,18 +576,20 @@ class LocalGPExplainer(_ProposalMixin):
         """
         cont = [j for j in self.active if j not in self.categorical_features]
         pos = {j: p for p, j in enumerate(self.active)}
+        h = np.array([self.stencil * scale[pos[j]] for j in cont])
+        diffs = stencil_differences(y_all, self.stencil_kind, h)
         wide = []
-        for k, j in enumerate(cont):
-            h = self.stencil * scale[pos[j]]
-            d = (y_all[1 + 2 * k] - y_all[2 + 2 * k]) / (2.0 * h)
+        for j, d in zip(cont, diffs, strict=True):
             gap = abs(d - g_mean[j])
             if gap > g_std[j]:
                 wide.append(f"{self.feature_names[j]} ({g_mean[j]:.4g} ± {g_std[j]:.2g} against {d:.4g})")
             g_std[j] = float(np.hypot(g_std[j], gap))
         if wide:
+            sign = "+" if self.stencil_kind == "forward" else "±"
             messages.append(
-                "stencil check: the central difference at x ± δ·rσ differs from the surrogate's slope by more than "
-                f"its std for {len(wide)} feature(s): {', '.join(wide[:5])}{', ...' if len(wide) > 5 else ''}; "
+                f"stencil check: the {self.stencil_kind} difference at x {sign} δ·rσ differs from the surrogate's "
+                f"slope by more than its std for {len(wide)} feature(s): {', '.join(wide[:5])}"
+                f"{', ...' if len(wide) > 5 else ''}; "
                 "gradient_std includes the difference (the slope at x may differ from the box's average slope)."
             )
 
@@ -609,6 +605,13 @@ class LocalGPExplainer(_ProposalMixin):
         g_std[act] = np.sqrt(np.clip(_to_numpy(grad.variance[0]), 0, None)) * ys / scale
         if self.stencil is not None:
             self._stencil_check(y_all, scale, g_mean, g_std, messages)
+        elif self._stencil_off_reason is not None:
+            messages.append(
+                f"stencil: off ({self._stencil_off_reason}), so gradient_std is the surrogate's alone, with no "
+                "finite difference to check it; with few calls per feature it can be overconfident (breast cancer / "
+                "SVC, 30 features, 50 calls, no stencil: the true gradient inside two stds for 70 % of the features, "
+                "misses up to 5 stds); a budget that fits the forward stencil adds that check."
+            )
         lo, hi = x - self.interval * self.sigma, x + self.interval * self.sigma
         if baseline is None:
             b = np.clip(self.training_data.mean(0), lo, hi)

@@ -56,9 +56,13 @@ def test_stencil_rows_follow_x_and_the_budget_is_exact():
 def test_stencil_budget_and_width_are_checked():
     data = np.random.RandomState(0).randn(50, 3)
     f = lambda X: X.sum(1)  # noqa: E731
-    LocalGPExplainer(f, data, budget=10, n_initial=2, stencil=0.1)  # x + 6 stencil + 2 Sobol + 1 BO step = 10: ok
-    with pytest.raises(ValueError, match="initial design with a stencil"):
-        LocalGPExplainer(f, data, budget=9, n_initial=2, stencil=0.1)
+    ex = LocalGPExplainer(f, data, budget=10, n_initial=2, stencil=0.1)  # x + 6 stencil + 2 Sobol + 1 BO step = 10
+    assert ex.stencil_kind == "central"
+    with pytest.raises(ValueError, match="initial design with a stencil: x \\+ 6 central"):
+        LocalGPExplainer(f, data, budget=9, n_initial=2, stencil=0.1, stencil_kind="central")
+    assert LocalGPExplainer(f, data, budget=9, n_initial=2, stencil=0.1).stencil_kind == "forward"  # 3 rows fit
+    with pytest.raises(ValueError, match="initial design with a stencil: x \\+ 3 forward"):
+        LocalGPExplainer(f, data, budget=6, n_initial=2, stencil=0.1)
     for bad in (0.0, -0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="stencil must be"):
             LocalGPExplainer(f, data, stencil=bad)
@@ -91,7 +95,7 @@ def test_the_defaults_cover_the_oscillating_interaction():
     assert not np.allclose(off.x_samples[1:13], res.x_samples[1:13])
 
 
-def test_auto_stencil_is_on_only_when_it_takes_at_most_half_of_the_budget():
+def test_auto_stencil_is_central_within_half_of_the_budget_else_forward_within_two_thirds():
     rng = np.random.RandomState(0)
 
     def rows(D, budget):
@@ -104,12 +108,27 @@ def test_auto_stencil_is_on_only_when_it_takes_at_most_half_of_the_budget():
         return np.allclose(dx, expected, rtol=0, atol=1e-12)
 
     assert rows(3, 12)  # 6 stencil rows <= 12 / 2 (and 1 + 6 + 2 Sobol rows leave 3 calls to BO)
-    assert not rows(3, 11)  # 6 > 11 / 2
-    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 12), budget=50).stencil == 0.1  # 24 <= 25
-    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 13), budget=50).stencil is None  # 26 > 25
-    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 13), budget=52).stencil == 0.1
-    # it must leave at least 2 calls to BO: 5 features, budget 12: 1 + 10 + 2 Sobol rows > 12 - 2
-    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 5), budget=12).stencil is None
+    assert not rows(3, 11)  # 6 > 11 / 2: the forward stencil instead
+
+    def design(D, budget):
+        ex = LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, D), budget=budget)
+        return ex.stencil, ex.stencil_kind
+
+    assert design(12, 50) == (0.1, "central")  # 24 <= 25
+    assert design(13, 50) == (0.1, "forward")  # 26 > 25; 13 <= 50 * 2 / 3
+    assert design(13, 52) == (0.1, "central")
+    assert design(33, 50) == (0.1, "forward")  # 33 <= 33.3, and 1 + 33 + 10 Sobol rows leave 6 calls to BO
+    assert design(34, 50)[0] is None  # 34 > 33.3
+    # either must leave at least 2 calls to BO: 5 features, budget 12: 1 + 10 + 2 Sobol rows > 12 - 2 (central),
+    # 1 + 5 + 2 = 8 <= 10 (forward: on); budget 8: 1 + 5 + 2 > 6 (off)
+    assert design(5, 12) == (0.1, "forward")
+    assert design(5, 8)[0] is None
+    assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 3), budget=50, stencil_kind="forward").stencil_kind == (
+        "forward"
+    )
+    assert design(3, 50) == (0.1, "central")
+    with pytest.raises(ValueError, match="stencil_kind must be"):
+        LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 3), stencil_kind="backward")
     with pytest.raises(ValueError, match="stencil must be"):
         LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 3), stencil="on")
 
@@ -147,3 +166,87 @@ def test_stencil_check_leaves_a_linear_black_box_alone():
     assert res.x_samples.shape == (40, 4) and not any(w.startswith("stencil check") for w in res.warnings)
     np.testing.assert_allclose(res.gradient_mean, a, atol=5e-3)
     assert np.all(res.gradient_std < 0.05)
+
+
+def test_forward_stencil_rows_follow_x_and_its_check_uses_the_forward_difference():
+    rng = np.random.RandomState(4)
+    data = rng.randn(200, 3) * np.array([1.0, 2.0, 0.5])
+    a = np.array([1.0, -0.5, 2.0])
+
+    def f(X):
+        return X @ a + 0.4 * np.sin(2 * X[:, 0])  # curvature along x0 the trend surrogate may call noise
+
+    x = data[3]
+    res = LocalGPExplainer(f, data, budget=20, seed=0, stencil=0.2, stencil_kind="forward", raw_samples=8).explain(x)
+    assert res.x_samples.shape == (20, 3)
+    sigma = data.std(0)
+    expected = x + np.diag(0.2 * sigma)  # interval 1: x + δ σ_j e_j, in feature order
+    np.testing.assert_allclose(res.x_samples[1:4], expected, rtol=0, atol=1e-12)
+    d = (res.y_samples[1:4] - res.y_samples[0]) / (0.2 * sigma)
+    assert np.all(np.abs(d - res.gradient_mean) <= res.gradient_std + 1e-12)  # the interval reaches the reading
+
+
+def test_forward_stencil_covers_a_30_feature_smooth_black_box_that_the_surrogate_alone_misses():
+    # 30 features at 50 calls: the central stencil (60 rows) does not fit, the forward one (30) does; without it the
+    # trend surrogate's slope at x is the box's average slope with an overconfident std
+    rng = np.random.default_rng(1)
+    D = 30
+    a = rng.normal(size=D)
+    a[rng.permutation(D)[:10]] = 0.0
+
+    def f(X):
+        return X @ a + 0.5 * np.sin(X[:, 0] * X[:, 1]) + 0.3 * np.tanh(X[:, 2] + X[:, 3])
+
+    data = rng.normal(size=(300, D))
+    x = data[0]
+    truth = a.copy()
+    truth[0] += 0.5 * np.cos(x[0] * x[1]) * x[1]
+    truth[1] += 0.5 * np.cos(x[0] * x[1]) * x[0]
+    truth[2:4] += 0.3 / np.cosh(x[2] + x[3]) ** 2
+    res = LocalGPExplainer(f, data, budget=50, seed=0, raw_samples=8).explain(x)
+    assert res.x_samples.shape == (50, D)
+    z = np.abs(res.gradient_mean - truth) / res.gradient_std
+    assert np.mean(z <= 2) >= 0.9 and z.max() < 3, z
+    off = LocalGPExplainer(f, data, budget=50, seed=0, raw_samples=8, stencil=None).explain(x)
+    z_off = np.abs(off.gradient_mean - truth) / off.gradient_std
+    assert z_off.max() > z.max()
+
+
+def test_auto_says_when_the_budget_leaves_no_room_for_a_stencil():
+    rng = np.random.RandomState(0)
+    data = rng.randn(100, 8)
+    res = LocalGPExplainer(lambda X: X.sum(1), data, budget=10, seed=0, raw_samples=8).explain(data[0])
+    assert any(w.startswith("stencil: off") and "8 rows" in w for w in res.warnings), res.warnings
+    res = LocalGPExplainer(lambda X: X.sum(1), data, budget=10, seed=0, raw_samples=8, stencil=None).explain(data[0])
+    assert not any(w.startswith("stencil") for w in res.warnings)  # asked for: not reported
+
+
+def test_stencil_rows_and_differences_against_direct_formulas():
+    from gpytorch_explain.local.stencil import choose_stencil, stencil_differences, stencil_rows
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=4)
+    H = rng.normal(size=(4, 4))
+    H = H + H.T
+    g = rng.normal(size=4)
+
+    def f(X):  # a quadratic: central differences are exact, forward ones off by h H_ii / 2
+        Z = X - x
+        return Z @ g + 0.5 * np.einsum("ni,ij,nj->n", Z, H, Z)
+
+    scale = np.array([0.5, 1.0, 2.0, 3.0])
+    positions = [0, 2, 3]  # feature 1 not stenciled (e.g. categorical)
+    h = 0.1 * scale[positions]
+    for kind in ("central", "forward"):
+        U = stencil_rows(0.1, kind, 4, positions).numpy()
+        assert U.shape == ((6 if kind == "central" else 3), 4)
+        y = f(np.vstack([x, x + U * scale]))
+        d = stencil_differences(y, kind, h)
+        expected = g[positions] + (0 if kind == "central" else 0.5 * h * np.diag(H)[positions])
+        np.testing.assert_allclose(d, expected, rtol=1e-10, atol=1e-12)
+    assert choose_stencil(None, "auto", 5, 50, 10) == (None, "auto", None)
+    assert choose_stencil("auto", "auto", 0, 50, 10) == (None, "auto", None)  # nothing continuous: no reason
+    assert choose_stencil("auto", "central", 13, 50, 10)[0] is None  # central only: 26 > 25
+    assert "central stencil's 26 rows" in choose_stencil("auto", "central", 13, 50, 10)[2]
+    assert choose_stencil(0.3, "auto", 13, 50, 10) == (0.3, "central", None)  # 26 + 10 + 2 <= 50
+    assert choose_stencil(0.3, "auto", 20, 50, 10) == (0.3, "forward", None)
