@@ -21,7 +21,7 @@ Design, per :meth:`LocalGPExplainer.explain`:
    (greedy, each conditioned on the previous ones with the posterior mean as the fantasised value:
    exact for the variance-type acquisitions, the "kriging believer" for EI/PI/LCB) and call the black box on
    them as one batch; the last batch is cut so that exactly ``budget`` rows are evaluated;
-3. with ``gradient_tol`` set, stop as soon as every gradient std (user units) is below it: then
+3. with ``gradient_tol`` set, stop as soon as every gradient std (user units, after the stencil check) is below it: then
    ``budget`` is an upper bound and ``x_samples`` has fewer rows (``stopped_early``).
 
 Categorical features take only values seen in the training data: the initial design samples them
@@ -473,12 +473,12 @@ class LocalGPExplainer(_ProposalMixin):
             state = model.state_dict()
             if n >= self.budget:
                 break
-            if self.gradient_tol is not None and self._gradient_ok(model, u0, ys, scale):
+            if self.gradient_tol is not None and self._gradient_ok(model, u0, ys, scale, y_all):
                 if n_fit != n:  # the rule holds with the old hyperparameters: refit on all samples, check again
                     messages += _tagged("acquisition surrogate", model, maxiter=self.refit_maxiter, final=False)
                     n_fit = n
                     state = model.state_dict()
-                if self._gradient_ok(model, u0, ys, scale):
+                if self._gradient_ok(model, u0, ys, scale, y_all):
                     messages += _tagged(  # the result's fit, to convergence
                         "acquisition surrogate",
                         model,
@@ -555,12 +555,18 @@ class LocalGPExplainer(_ProposalMixin):
             )
         return ell
 
-    def _gradient_ok(self, model, u0, ys, scale) -> bool:
+    def _gradient_ok(self, model, u0, ys, scale, y_all) -> bool:
+        """The stopping rule: every gradient std (user units, widened by the stencil check) below ``gradient_tol``."""
         model = self._attribution_model(model)
-        std = PosteriorGradient(model)(u0[None]).variance[0].clamp_min(0).sqrt().detach().numpy()
-        return bool(np.all(std * ys / scale < self.gradient_tol))
+        grad = PosteriorGradient(model)(u0[None])
+        act = self.active
+        g_mean, g_std = np.zeros(self.num_features), np.zeros(self.num_features)
+        g_mean[act] = _to_numpy(grad.mean[0]) * ys / scale
+        g_std[act] = np.sqrt(np.clip(_to_numpy(grad.variance[0]), 0, None)) * ys / scale
+        if self.stencil is not None:  # the same check as the result's, so that it cannot stop on a narrower std
+            self._stencil_check(y_all, scale, g_mean, g_std, [])
+        return bool(np.all(g_std[act] < self.gradient_tol))
 
-    # ------------------------------------------------------------------ result
     def _stencil_check(self, y_all, scale, g_mean, g_std, messages) -> None:
         r"""Widen ``g_std`` (in place) by the distance to the stencil's finite differences.
 

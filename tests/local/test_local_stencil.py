@@ -250,3 +250,21 @@ def test_stencil_rows_and_differences_against_direct_formulas():
     assert "central stencil's 26 rows" in choose_stencil("auto", "central", 13, 50, 10)[2]
     assert choose_stencil(0.3, "auto", 13, 50, 10) == (0.3, "central", None)  # 26 + 10 + 2 <= 50
     assert choose_stencil(0.3, "auto", 20, 50, 10) == (0.3, "forward", None)
+
+
+def test_the_stopping_rule_reads_the_std_after_the_stencil_check():
+    # a step of width 0.05 sigma at x: the trend surrogate reads the box's slope (~4.5 against the true 7 at x) with
+    # a std below 0.3 after 15 calls, while the stencil's central difference reads ~5.8; the check widens the std
+    # beyond 0.3, so gradient_tol=0.3 must not stop there (it did at 15 calls when the rule read the surrogate alone)
+    rng = np.random.RandomState(0)
+    data = rng.randn(200, 3)
+    a = np.array([1.0, -1.0, 0.5])
+
+    def f(X):
+        return X @ a + 0.3 * np.tanh(X[:, 0] / 0.05)
+
+    x = data[0].copy()
+    x[0] = 0.0
+    res = LocalGPExplainer(f, data, budget=40, seed=0, raw_samples=8, gradient_tol=0.3).explain(x)
+    assert not res.stopped_early and len(res.y_samples) == 40
+    assert res.gradient_std[0] > 0.3
