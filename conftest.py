@@ -28,3 +28,17 @@ def _restore_global_state():
     torch.set_default_dtype(_SESSION_DTYPE)
     for obj, attr, value in saved:
         setattr(obj, attr, value)
+
+
+#: doctests that need an optional package (module name prefix -> package); skipped where it is not installed
+_DOCTEST_NEEDS = {"gpytorch_explain.local.tabular": "pandas"}
+
+
+def pytest_collection_modifyitems(config, items):
+    import importlib.util
+
+    for item in items:
+        for prefix, package in _DOCTEST_NEEDS.items():
+            if type(item).__name__ == "DoctestItem" and item.name.startswith(prefix):
+                if importlib.util.find_spec(package) is None:
+                    item.add_marker(pytest.mark.skip(reason=f"the doctest needs {package}"))

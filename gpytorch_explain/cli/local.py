@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 
-from .dataio import NAN_POLICIES, CLIError, atomic_output, atomic_path, check_input_file, handle_nan, read_csv
+from .dataio import MISSING, NAN_POLICIES, CLIError, atomic_output, atomic_path, check_input_file, handle_nan, read_csv
 
 __all__ = ["add_parser", "run"]
 
@@ -29,6 +29,8 @@ examples:
 
 Rows count from 0 (the first line after the header). Every other column is a feature, in the order the model
 was fitted on; drop the label column with --target. Classifiers are explained through predict_proba[:, k].
+Columns that are not numbers (e.g. a city) are categorical features: with pandas installed the model then receives
+DataFrames with the CSV's column names, as a pipeline fitted on pandas.read_csv(...) expects.
 """
 
 
@@ -103,6 +105,59 @@ def _black_box(estimator, class_index: int | None):
         raise CLIError(str(err)) from None
 
 
+def _is_numeric(table, name: str) -> bool:
+    """Whether every non-missing cell of column ``name`` parses as a number."""
+    try:
+        table.numeric([name])
+    except CLIError:
+        return False
+    return True
+
+
+def _frame_data(table, features: list[str], text_columns: list[str], args: argparse.Namespace):
+    """The feature columns as a pandas DataFrame (text columns as strings) and the row ``args.row`` of it."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise CLIError(
+            f"{args.data}: column(s) {', '.join(map(repr, text_columns))} are not numeric; explaining text "
+            "(categorical) columns needs pandas: pip install pandas"
+        ) from None
+    numeric = [name for name in features if name not in text_columns]
+    values, kept = handle_nan(table.numeric(numeric), numeric, args.nan, args.data)
+    keep = np.zeros(len(table), dtype=bool)
+    keep[kept] = True
+    for name in text_columns:
+        cells = np.array([cell.strip() for cell in table.text(name)], dtype=object)
+        missing = np.array([cell.lower() in MISSING for cell in cells])
+        if missing.any() and args.nan != "drop":
+            rows = ", ".join(str(i) for i in np.flatnonzero(missing)[:5])
+            raise CLIError(
+                f"{args.data}: missing values in the text column {name!r} (rows {rows}); pass --nan drop to drop "
+                "those rows (--nan mean cannot fill a text column)"
+            )
+        keep &= ~missing
+    if not keep[args.row]:
+        raise CLIError(f"row {args.row} has missing values and was dropped by --nan drop")
+    columns = {}
+    position = {name: k for k, name in enumerate(numeric)}
+    rows_kept = np.flatnonzero(keep)
+    for name in features:
+        if name in position:
+            columns[name] = values[np.searchsorted(kept, rows_kept), position[name]]
+        else:
+            columns[name] = [cell.strip() for cell in np.array(table.text(name), dtype=object)[rows_kept]]
+    frame = pd.DataFrame(columns, columns=features)
+    return frame, frame.iloc[int(np.flatnonzero(rows_kept == args.row)[0])]
+
+
+def _cell(result, j: int, value: float) -> str:
+    """A value of the --out table: the category for a text column, else the number to full precision."""
+    if result.codec is not None and j in result.codec.levels:
+        return result.codec.value_text(j, value)
+    return f"{float(value):.17g}"
+
+
 def run(args: argparse.Namespace) -> int:
     estimator = _load_estimator(args.sklearn)
     table = read_csv(args.data)
@@ -125,11 +180,15 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.row < len(table):
         last = len(table) - 1
         raise CLIError(f"--row {args.row} is out of range: {args.data} has {len(table)} data rows (0 to {last})")
-    values = table.numeric(features)
-    values, kept = handle_nan(values, features, args.nan, args.data)
-    if args.row not in kept:
-        raise CLIError(f"row {args.row} has missing values and was dropped by --nan drop")
-    x = values[int(np.flatnonzero(kept == args.row)[0])]
+    text_columns = [name for name in features if not _is_numeric(table, name)]
+    if text_columns:
+        data, x = _frame_data(table, features, text_columns, args)
+    else:
+        values = table.numeric(features)
+        values, kept = handle_nan(values, features, args.nan, args.data)
+        if args.row not in kept:
+            raise CLIError(f"row {args.row} has missing values and was dropped by --nan drop")
+        data, x = values, values[int(np.flatnonzero(kept == args.row)[0])]
     predict, label = _black_box(estimator, args.class_index)
 
     def quiet_predict(X: np.ndarray) -> np.ndarray:
@@ -146,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         explainer = LocalGPExplainer(
             quiet_predict,
-            values,
+            data,
             acquisition=args.acquisition,
             budget=args.budget,
             feature_names=features,
@@ -155,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except (ValueError, IndexError) as err:
         raise CLIError(str(err)) from None
-    result = explainer.explain(x)
+    with warnings.catch_warnings():  # an unseen category of x is impossible: x is a row of the training data
+        result = explainer.explain(x)
     print(f"row {args.row} of {args.data}: {label} = {float(result.y_samples[0]):.6g}")
     print(result.summary())
     for message in result.warnings:
@@ -185,12 +245,10 @@ def run(args: argparse.Namespace) -> int:
             )
             for j, name in enumerate(features):
                 writer.writerow(
-                    [name]
+                    [name, _cell(result, j, result.x[j]), _cell(result, j, result.baseline[j])]
                     + [
                         f"{float(a[j]):.17g}"
                         for a in (
-                            result.x,
-                            result.baseline,
                             result.relevance,
                             result.gradient_mean,
                             result.gradient_std,

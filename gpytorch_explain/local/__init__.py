@@ -13,10 +13,12 @@ from .blackbox import BlackBox, from_sklearn_classifier, from_sklearn_regressor 
 from .explainer import LocalGPExplainer  # noqa: E402 (after the settings-preserving BoTorch import)
 from .result import LocalExplanation  # noqa: E402 (after the settings-preserving BoTorch import)
 from .surrogate import loo_predictions, loo_r2  # noqa: E402 (after the settings-preserving BoTorch import)
+from .tabular import FrameCodec  # noqa: E402 (after the settings-preserving BoTorch import)
 
 __all__ = [
     "ACQUISITIONS",
     "BlackBox",
+    "FrameCodec",
     "GradientVarianceReduction",
     "LocalExplanation",
     "LocalGPExplainer",

@@ -9,11 +9,31 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["BlackBox", "from_sklearn_classifier", "from_sklearn_regressor"]
+__all__ = ["BlackBox", "INPUT_TYPES", "from_sklearn_classifier", "from_sklearn_regressor"]
+
+#: what ``predict_fn`` receives: chosen from the callable and the training data, numpy arrays, tensors, DataFrames
+INPUT_TYPES = ("auto", "numpy", "torch", "pandas")
+
+
+def _with_feature_names(model: Any, X: Any) -> Any:
+    """``X`` as a DataFrame with ``model.feature_names_in_`` when the model was fitted on one and ``X`` is an array.
+
+    scikit-learn warns on every call of a model fitted with feature names that gets a plain array (and a pipeline
+    whose ``ColumnTransformer`` selects columns by name cannot take one at all).
+    """
+    names = getattr(model, "feature_names_in_", None)
+    if names is None or not isinstance(X, np.ndarray) or X.ndim != 2 or X.shape[1] != len(names):
+        return X
+    import pandas as pd
+
+    return pd.DataFrame(X, columns=list(names))
 
 
 def from_sklearn_regressor(model: Any) -> Callable[[np.ndarray], np.ndarray]:
     """A black box for a fitted scikit-learn regressor (or pipeline): ``model.predict(X)``.
+
+    A model fitted on a pandas DataFrame (one with ``feature_names_in_``) gets arrays as DataFrames with those
+    column names (scikit-learn would warn on every call otherwise).
 
     Example:
         >>> import numpy as np
@@ -28,7 +48,7 @@ def from_sklearn_regressor(model: Any) -> Callable[[np.ndarray], np.ndarray]:
         raise TypeError(f"from_sklearn_regressor needs an object with .predict, got {type(model).__name__}.")
 
     def predict(X: np.ndarray) -> np.ndarray:
-        return np.asarray(model.predict(X), dtype=np.float64).reshape(len(X))
+        return np.asarray(model.predict(_with_feature_names(model, X)), dtype=np.float64).reshape(len(X))
 
     return predict
 
@@ -42,7 +62,8 @@ def from_sklearn_classifier(
     :math:`[10^{-12}, 1 - 10^{-12}]`). Use it where the probability saturates near the instance (``p`` ≈ 0 or 1
     in much of the sampling box): the probability is then nearly constant there, a surrogate of it has little
     to fit, while the logit keeps varying (for a binary logistic regression it is exactly
-    ``decision_function``).
+    ``decision_function``). A model fitted on a DataFrame gets arrays as DataFrames with its
+    ``feature_names_in_``.
 
     Example:
         >>> import numpy as np
@@ -67,7 +88,7 @@ def from_sklearn_classifier(
     eps = 1e-12
 
     def predict(X: np.ndarray) -> np.ndarray:
-        proba = np.asarray(model.predict_proba(X), dtype=np.float64)
+        proba = np.asarray(model.predict_proba(_with_feature_names(model, X)), dtype=np.float64)
         if proba.ndim != 2 or not 0 <= k < proba.shape[1]:
             raise ValueError(f"predict_proba returned shape {proba.shape}; cannot take column {k}.")
         p = proba[:, k]
@@ -85,20 +106,34 @@ class BlackBox:
     ``torch.nn.Module``\ s (or any callable with ``input_type="torch"``) receive a tensor in the
     dtype and on the device of their first floating-point parameter or buffer (float64 on the CPU when they have
     none; a module on a GPU gets CUDA tensors), evaluated under ``torch.no_grad()``;
-    other callables receive a numpy array. The output may be a numpy array, list or tensor of ``m`` real
-    numbers (``(m,)`` or ``(m, 1)``). Wrong shapes, complex values, NaN and inf are errors naming the problem.
+    with ``decode`` given (``input_type="auto"`` or ``"pandas"``), other callables receive ``decode(X)``, e.g. the
+    pandas DataFrame of :meth:`gpytorch_explain.local.tabular.FrameCodec.decode`; otherwise a numpy array.
+    The output may be a numpy array, list or tensor of ``m`` real numbers (``(m,)`` or ``(m, 1)``). Wrong shapes,
+    complex values, NaN and inf are errors naming the problem.
     The number of rows evaluated so far is counted in the attribute ``calls``; the rows of the latest call, as
     ``predict_fn`` received them (e.g. rounded to float32 for a float32 module) and cast back to float64, are in
     ``last_input``.
     """
 
-    def __init__(self, predict_fn: Callable, num_features: int, input_type: str = "auto"):
+    def __init__(
+        self,
+        predict_fn: Callable,
+        num_features: int,
+        input_type: str = "auto",
+        decode: Callable[[np.ndarray], Any] | None = None,
+    ):
         if not callable(predict_fn):
             raise TypeError(f"predict_fn must be callable, got {type(predict_fn).__name__}.")
-        if input_type not in ("auto", "numpy", "torch"):
-            raise ValueError(f"input_type must be 'auto', 'numpy' or 'torch', got {input_type!r}.")
+        if input_type not in INPUT_TYPES:
+            raise ValueError(f"input_type must be one of {INPUT_TYPES}, got {input_type!r}.")
         if input_type == "auto":
-            input_type = "torch" if isinstance(predict_fn, torch.nn.Module) else "numpy"
+            if isinstance(predict_fn, torch.nn.Module):
+                input_type = "torch"
+            else:
+                input_type = "numpy" if decode is None else "pandas"
+        if input_type == "pandas" and decode is None:
+            raise ValueError("input_type='pandas' needs training_data as a pandas DataFrame (its columns and dtypes).")
+        self.decode = decode
         self.predict_fn = predict_fn
         self.num_features = int(num_features)
         self.input_type = input_type
@@ -126,6 +161,15 @@ class BlackBox:
                 arg = torch.tensor(X, dtype=dtype, device=device)  # a copy: predict_fn may change it in place
                 received = arg.cpu().double().numpy().copy()  # what predict_fn gets, after the cast
                 out = self.predict_fn(arg)
+        elif self.input_type == "pandas":
+            received = X.copy()
+            try:
+                out = self.predict_fn(self.decode(X))
+            except Exception as err:
+                raise TypeError(
+                    f"predict_fn raised {type(err).__name__}: {err} (it receives pandas DataFrames with the training "
+                    "data's columns because training_data is a DataFrame; pass input_type='numpy' for numpy arrays)."
+                ) from err
         else:
             received = X.copy()
             out = self.predict_fn(X.copy())

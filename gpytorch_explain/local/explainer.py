@@ -63,6 +63,7 @@ from .surrogate import (
     make_surrogate,
     make_trend_surrogate,
 )
+from .tabular import as_instance, as_training_array
 
 __all__ = ["LocalGPExplainer"]
 
@@ -99,7 +100,12 @@ class LocalGPExplainer(_ProposalMixin):
     :param predict_fn: callable mapping an ``(m, D)`` float array to ``m`` numbers (numpy, list or tensor);
         ``torch.nn.Module``\ s get tensors. See :func:`~gpytorch_explain.local.from_sklearn_regressor` and
         :func:`~gpytorch_explain.local.from_sklearn_classifier`.
-    :param training_data: ``(N, D)`` data giving the per-feature scales :math:`\sigma_i` and categorical values.
+    :param training_data: ``(N, D)`` data giving the per-feature scales :math:`\sigma_i` and categorical values: a
+        numpy array, tensor or pandas ``DataFrame``. With a DataFrame, ``predict_fn`` receives DataFrames with its
+        columns and dtypes, its non-numeric columns (strings, ``category``, ``bool``) are categorical features
+        (their coordinates in the result's arrays are codes into ``explainer.codec.levels``; see
+        ``gpytorch_explain.local.tabular``), the feature names default to its column labels, and ``x`` may be a row
+        of it (a ``Series``).
     :param acquisition: one of ``"lcb"`` (default), ``"ei"``, ``"pi"``/``"mpi"`` (GPyOpt semantics, see
         ``gpytorch_explain.local.acquisition``), ``"variance"``, ``"integrated_variance"``, ``"gradient"``.
         Recommended for stable explanations of tree ensembles: ``acquisition="variance", interval=2.0,
@@ -115,8 +121,9 @@ class LocalGPExplainer(_ProposalMixin):
         lengthscale_prior_scale=1.0`` fitted there (LOO R² ≈ 0.7) but was no more stable than LIME.
     :param budget: total number of black-box rows, ``x`` included (an int or numpy integer, as are ``q`` and
         ``n_initial``).
-    :param categorical_features: indices of categorical features (values taken from ``training_data``).
-    :param feature_names: ``D`` names (default ``x0, x1, ...``).
+    :param categorical_features: indices of categorical features (values taken from ``training_data``), or column
+        labels of a DataFrame.
+    :param feature_names: ``D`` names (default ``x0, x1, ...``, or a DataFrame's column labels).
     :param seed: makes :meth:`explain` deterministic (``None``: random).
     :param interval: the box half-width in units of :math:`\sigma_i` (the paper's interval limiter; the paper's
         figures use 0.05). LIME perturbs with std :math:`\sigma_i`; a uniform box of half-width
@@ -199,7 +206,8 @@ class LocalGPExplainer(_ProposalMixin):
         differences :math:`(f(\mathbf x + h\mathbf e_i) - f(\mathbf x))/h`, exact up to :math:`O(h f'')`.
         ``"auto"``: central when it fits (see ``stencil``), else forward. ``self.stencil_kind`` holds the design
         used.
-    :param input_type: ``"auto"``, ``"numpy"`` or ``"torch"`` (what ``predict_fn`` receives).
+    :param input_type: what ``predict_fn`` receives: ``"auto"`` (tensors for a ``torch.nn.Module``, DataFrames when
+        ``training_data`` is one, numpy arrays otherwise), ``"numpy"``, ``"torch"`` or ``"pandas"``.
     :param num_threads: torch threads during :meth:`explain` (restored afterwards). The surrogate's matrices
         are tiny (``budget`` rows), where thread start-up dominates: one thread is ~100x faster on a loaded
         machine. ``None`` leaves the setting alone.
@@ -247,16 +255,17 @@ class LocalGPExplainer(_ProposalMixin):
         stencil: float | str | None = "auto",
         stencil_kind: str = "auto",
     ):
-        data = training_data.detach().cpu().numpy() if torch.is_tensor(training_data) else training_data
-        data = np.asarray(data, dtype=np.float64)
-        if data.ndim != 2 or data.shape[0] < 2:
-            raise ValueError(f"training_data must be (N, D) with N >= 2, got shape {data.shape}.")
-        if not np.isfinite(data).all():
-            raise ValueError("training_data contains NaN or infinite values.")
+        data, cats, names, self.codec = as_training_array(training_data, categorical_features, feature_names)
         self.training_data = data
         D = data.shape[1]
         self.num_features = D
-        self.black_box = BlackBox(predict_fn, D, input_type=input_type)
+        if self.codec is not None and self.codec.encoded and input_type in ("numpy", "torch"):
+            raise ValueError(
+                f"input_type={input_type!r} cannot carry training_data's non-numeric columns "
+                f"{[self.codec.columns[j] for j in self.codec.levels]}; use input_type='auto' (DataFrames)."
+            )
+        decode = self.codec.decode if self.codec is not None else None
+        self.black_box = BlackBox(predict_fn, D, input_type=input_type, decode=decode)
         if acquisition not in ACQUISITIONS:
             raise ValueError(f"Unknown acquisition {acquisition!r}; choose one of {ACQUISITIONS}.")
         self.acquisition = acquisition
@@ -278,20 +287,9 @@ class LocalGPExplainer(_ProposalMixin):
         self.q = _as_int("q", q)
         if self.q < 1:
             raise ValueError(f"q must be >= 1, got {q!r}.")
-        cats = [] if categorical_features is None else [int(c) for c in categorical_features]
-        for c in cats:
-            if not 0 <= c < D:
-                raise IndexError(f"categorical feature index {c} is out of range for D = {D} features.")
-        if len(set(cats)) != len(cats):
-            raise ValueError(f"categorical_features has duplicates: {cats}.")
-        self.categorical_features = sorted(cats)
+        self.categorical_features = cats
         self.categorical_values = {c: np.unique(data[:, c]) for c in self.categorical_features}
-        if feature_names is None:
-            feature_names = [f"x{j}" for j in range(D)]
-        feature_names = [str(n) for n in feature_names]
-        if len(feature_names) != D:
-            raise ValueError(f"{len(feature_names)} feature names for D = {D} features.")
-        self.feature_names = feature_names
+        self.feature_names = names
         self.sigma = data.std(axis=0)
         tiny = 1e-12 * np.maximum(1.0, np.abs(data).max(axis=0))
         self.active = np.flatnonzero(self.sigma > tiny)
@@ -341,12 +339,7 @@ class LocalGPExplainer(_ProposalMixin):
 
     # ------------------------------------------------------------------ coordinates
     def _check_x(self, x, name: str = "x") -> np.ndarray:
-        x = x.detach().cpu().numpy() if torch.is_tensor(x) else x
-        x = np.asarray(x, dtype=np.float64)
-        if x.ndim == 2 and x.shape[0] == 1:
-            x = x[0]
-        if x.shape != (self.num_features,):
-            raise ValueError(f"{name} must be one instance of shape ({self.num_features},), got {x.shape}.")
+        x = as_instance(x, self.num_features, self.codec, name)
         if not np.isfinite(x).all():
             raise ValueError(f"{name} contains NaN or infinite values.")
         return x
@@ -357,14 +350,17 @@ class LocalGPExplainer(_ProposalMixin):
             vals = self.categorical_values[c]
             if np.isin(x[c], vals):
                 continue
-            shown = ", ".join(f"{v:g}" for v in vals[:10]) + (", ..." if vals.size > 10 else "")
+            if self.codec is not None and c in self.codec.levels:
+                shown, value = self.codec.seen_text(c), repr(self.codec.levels[c][int(x[c])])
+            else:
+                shown, value = ", ".join(f"{v:g}" for v in vals[:10]) + (", ..." if vals.size > 10 else ""), f"{x[c]:g}"
             rest = (
                 "the other samples take seen values only"
                 if c in self.active
                 else "the feature has zero variance in training_data, so every sample keeps x's value"
             )
             warnings.warn(
-                f"x's categorical feature {self.feature_names[c]!r} (index {c}) has the value {x[c]:g}, which "
+                f"x's categorical feature {self.feature_names[c]!r} (index {c}) has the value {value}, which "
                 f"training_data never takes (seen: {shown}); x itself is evaluated with it, {rest}.",
                 UserWarning,
                 stacklevel=3,
@@ -668,5 +664,6 @@ class LocalGPExplainer(_ProposalMixin):
             lengthscales=lengthscales,
             stopped_early=stopped,
             warnings=messages,
+            codec=self.codec,
             _predict=predict,
         )

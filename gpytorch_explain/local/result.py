@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .tabular import is_frame
+
 __all__ = ["LocalExplanation"]
 
 
@@ -38,6 +40,9 @@ class LocalExplanation:
     :ivar y_samples: ``(n,)`` the black box's outputs.
     :ivar fidelity: leave-one-out :math:`R^2` of the surrogate on its samples (closed form).
     :ivar warnings: messages from the surrogate fits and checks (empty when all went well).
+    :ivar codec: for ``training_data`` given as a pandas DataFrame, its
+        :class:`~gpytorch_explain.local.tabular.FrameCodec` (``None`` otherwise): the arrays above hold the codes of
+        its non-numeric columns, :meth:`samples_frame` the rows as the black box received them.
     """
 
     x: np.ndarray
@@ -55,13 +60,27 @@ class LocalExplanation:
     lengthscales: np.ndarray
     stopped_early: bool = False
     warnings: list[str] = field(default_factory=list)
+    codec: object = field(default=None, repr=False)
     _predict: object = field(default=None, repr=False)
 
     def predict(self, X) -> tuple[np.ndarray, np.ndarray]:
-        """The surrogate's posterior mean and std (latent) at ``X`` (``(m, D)``, user units)."""
+        """The surrogate's posterior mean and std (latent) at ``X`` (``(m, D)``, user units, or a DataFrame)."""
         if self._predict is None:
             raise RuntimeError("This explanation carries no surrogate.")
+        if self.codec is not None and is_frame(X):
+            X = self.codec.encode(X)
         return self._predict(np.atleast_2d(np.asarray(X, dtype=np.float64)))
+
+    def samples_frame(self):
+        """The sampled rows as the black box received them: a DataFrame (needs ``training_data`` as a DataFrame)."""
+        if self.codec is None:
+            raise RuntimeError("samples_frame() needs an explainer built on a pandas DataFrame; see x_samples.")
+        return self.codec.decode(self.x_samples)
+
+    def _value_text(self, j: int) -> str:
+        if self.codec is not None and j in self.codec.levels:
+            return self.codec.value_text(j, self.x[j])[:10]
+        return f"{self.x[j]:.4g}"
 
     def summary(self, top_k: int | None = None) -> str:
         """A text table of the features ordered by relevance (± is 1 posterior std, latent)."""
@@ -76,7 +95,7 @@ class LocalExplanation:
         ]
         for j in order:
             lines.append(
-                f"{self.feature_names[j]:<{width}}  {self.x[j]:>10.4g}  {self.relevance[j]:>9.3f}  "
+                f"{self.feature_names[j]:<{width}}  {self._value_text(j):>10}  {self.relevance[j]:>9.3f}  "
                 f"{self.gradient_mean[j]:>11.4g} ± {self.gradient_std[j]:<10.3g}  "
                 f"{self.integrated_gradients[j]:>11.4g} ± {self.integrated_gradients_std[j]:<10.3g}"
             )

@@ -240,6 +240,43 @@ def test_local_with_a_sklearn_model(tmp_path):
     assert (tmp_path / "local.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_local_with_a_text_column(tmp_path, capsys):
+    joblib = pytest.importorskip("joblib")
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("sklearn")
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder
+
+    rng = np.random.default_rng(4)
+    n = 60
+    city = rng.choice(["lyon", "nice", "paris"], n)
+    size = rng.normal(size=n)
+    y = 2.0 * size + np.where(city == "paris", 3.0, 0.0)
+    write_csv(tmp_path / "d.csv", ["size", "city", "y"], [[size[i], city[i], y[i]] for i in range(n)])
+    frame = pd.read_csv(tmp_path / "d.csv")
+    ct = ColumnTransformer([("onehot", OneHotEncoder(), ["city"])], remainder="passthrough")
+    model = make_pipeline(ct, Ridge(alpha=1e-8)).fit(frame[["size", "city"]], frame["y"])
+    joblib.dump(model, tmp_path / "m.joblib")
+    args = ["local", "--sklearn", str(tmp_path / "m.joblib"), str(tmp_path / "d.csv"), "--row", "2", "--target", "y"]
+    code, out, err = cli(capsys, *args, "--budget", "16", "--quiet", "--out", str(tmp_path / "o.csv"))
+    assert code == 0, err
+    assert f"prediction = {model.predict(frame[['size', 'city']].iloc[2:3])[0]:.6g}" in out
+    _, rows = read_out(tmp_path / "o.csv")
+    assert [row["value"] for row in rows][1] == city[2]  # the text column's value, not its code
+    grad, grad_std = column(rows, "gradient_mean"), column(rows, "gradient_std")
+    assert abs(grad[0] - 2.0) < 4 * grad_std[0] + 0.05, (grad, grad_std)
+    # a missing text cell: an error naming the column unless --nan drop
+    lines = (tmp_path / "d.csv").read_text().splitlines()
+    cells = lines[5].split(",")  # row 4
+    lines[5] = ",".join([cells[0], "", cells[2]])
+    (tmp_path / "d.csv").write_text("\n".join(lines) + "\n")
+    assert_error(capsys, [*args], "missing values in the text column 'city' (rows 4)", "--nan drop")
+    code, _, err = cli(capsys, *args, "--budget", "16", "--quiet", "--nan", "drop")
+    assert code == 0, err
+
+
 def test_a_subprocess_error_is_one_line_with_status_2(files):
     res = run_cli("fit", "train.csv", "--target", "nope", "--out", "x.pt", cwd=files)
     assert res.returncode == 2
