@@ -291,7 +291,7 @@ class LocalGPExplainer(_ProposalMixin):
         self.categorical_values = {c: np.unique(data[:, c]) for c in self.categorical_features}
         self.feature_names = names
         self.sigma = data.std(axis=0)
-        tiny = 1e-12 * np.maximum(1.0, np.abs(data).max(axis=0))
+        tiny = 1e-12 * np.abs(data).max(axis=0)  # relative: data in units of 1e-9 (or 1e9) are as good as any
         self.active = np.flatnonzero(self.sigma > tiny)
         if self.active.size == 0:
             raise ValueError("Every feature of training_data has zero variance: there is nothing to perturb.")
@@ -445,7 +445,7 @@ class LocalGPExplainer(_ProposalMixin):
             bar = tqdm(total=self.budget, initial=len(y_all), desc="black-box calls")
         while True:
             ym, ys = float(y_all.mean()), float(y_all.std())
-            ys = ys if ys > 1e-12 * max(1.0, abs(ym)) else 1.0
+            ys = ys if ys > 1e-12 * abs(ym) else 1.0  # relative, so that outputs ~1e-15 are not taken as constant
             model = make_surrogate(
                 self._to_u(X_all, x, scale),
                 torch.as_tensor((y_all - ym) / ys, dtype=_DT),

@@ -255,3 +255,14 @@ def test_plot(result):
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+@pytest.mark.parametrize("sx, sy", [(1e-6, 1e-9), (1.0, 1e-15), (1e-13, 1.0), (1e6, 1e-6)])
+def test_units_do_not_matter(sx, sy):
+    """Inputs or outputs in tiny or huge units are explained as in unit scale (no absolute thresholds)."""
+    X = np.random.default_rng(0).normal(size=(50, 3))
+    res = LocalGPExplainer(lambda Z: sy * (Z[:, 0] - 2 * Z[:, 1]) / sx, X * sx, budget=14, seed=0).explain(X[0] * sx)
+    g, s = res.gradient_mean * sx / sy, res.gradient_std * sx / sy
+    assert np.all(np.abs(g - [1.0, -2.0, 0.0]) <= 3 * s + 1e-6), (g, s)
+    assert s.max() < 0.01 and res.relevance[2] < 0.05 and res.fidelity > 0.99
+    assert not res.warnings, res.warnings
