@@ -137,8 +137,8 @@ def explain_rows(payload: dict, model, x_raw: np.ndarray, z_raw: np.ndarray | No
             parts[key].append(shift + y_std * chunk[key].detach().cpu().numpy())
     out = {key: np.concatenate(value) for key, value in parts.items()}
     gap = np.abs(out["contributions"].sum(-1) - (out["prediction"] - out["baseline"])).max()
-    scale = max(1.0, float(np.abs(out["contributions"]).sum(-1).max()))
-    if gap > 1e-6 * scale:
+    scale = float(np.abs(out["contributions"]).sum(-1).max())  # relative: targets in any units
+    if gap > 1e-6 * max(scale, float(np.abs(out["prediction"] - out["baseline"]).max()), 1e-300):
         print(
             f"warning: the contributions miss prediction - baseline by up to {gap:.3g} (target units); "
             "the explanation is approximate",

@@ -59,16 +59,21 @@ class StandardGPR(gpytorch.models.ExactGP):
 def standardise(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Column means and (population) stds of ``values`` (``(n, k)``); a constant column gets std 1.
 
+    A column is constant when its std is 0 or below 1e-12 of its mean's magnitude (round-off), whatever its units.
+
     Example:
         >>> import numpy as np
         >>> mean, std = standardise(np.array([[1.0, 5.0], [3.0, 5.0]]))
         >>> mean.tolist(), std.tolist()
         ([2.0, 5.0], [1.0, 1.0])
+        >>> std = standardise(np.array([[1e-13], [3e-13]]))[1]  # not constant: its std is 1e-13
+        >>> bool(np.isclose(std[0], 1e-13, rtol=1e-9, atol=0.0))
+        True
     """
     mean = values.mean(0)
     std = values.std(0)
-    tiny = 1e-12 * np.maximum(1.0, np.abs(mean))
-    return mean, np.where(std > tiny, std, 1.0)
+    tiny = 1e-12 * np.abs(mean)  # relative: a column in units of 1e-13 is not constant
+    return mean, np.where((std > tiny) & (std > 0), std, 1.0)
 
 
 def build_model(payload: dict) -> gpytorch.models.ExactGP:

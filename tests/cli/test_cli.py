@@ -593,3 +593,24 @@ def test_standard_gpr_is_gpytorch_exact_gp():
     model = StandardGPR(x, x[:, 0]).eval()
     assert isinstance(model, gpytorch.models.ExactGP) and model.covar_module.base_kernel.ard_num_dims == 2
     assert model(x[:3]).mean.dtype == torch.float64
+
+
+def test_fit_and_explain_do_not_depend_on_units(data, tmp_path, capsys):
+    """A target and features in units of 1e-13 give the unit-scale explanation times the unit (they were constant)."""
+    X, y = data
+    outs = {}
+    for unit in (1.0, 1e-13):
+        folder = tmp_path / str(unit)
+        folder.mkdir()
+        write_csv(folder / "t.csv", [*FEATURES, "y"], [[*(X[i] * unit), y[i] * unit] for i in range(N)])
+        code, _, err = cli(capsys, "fit", str(folder / "t.csv"), "--target", "y", "--model", "gpr", "--iterations",
+                           "10", "--quiet", "--out", str(folder / "m.pt"))  # fmt: skip
+        assert code == 0, err
+        code, _, err = cli(
+            capsys, "explain", str(folder / "m.pt"), str(folder / "t.csv"), "--out", str(folder / "o.csv")
+        )
+        assert code == 0, err
+        assert "warning" not in err, err
+        outs[unit] = read_out(folder / "o.csv")[1][:5]
+    for key in ("prediction", "prediction_std", "baseline", "contribution_a", "contribution_b_std"):
+        np.testing.assert_allclose(column(outs[1e-13], key) * 1e13, column(outs[1.0], key), rtol=1e-6, err_msg=key)
