@@ -180,8 +180,14 @@ class BlackBox:
             is_complex = np.iscomplexobj(out)
             out = np.asarray(np.real(out) if is_complex else out, dtype=np.float64)
         except (TypeError, ValueError) as err:
+            hint = ""
+            if isinstance(out, torch.distributions.Distribution):
+                hint = (
+                    " For a GPyTorch or BoTorch model pass lambda X: model(X).mean (the posterior mean), or explain it "
+                    "exactly with gpytorch_explain's PosteriorGradient / PosteriorIntegratedGradients."
+                )
             raise TypeError(
-                f"predict_fn must return m numbers (array, list or tensor), got {type(out).__name__}."
+                f"predict_fn must return m numbers (array, list or tensor), got {type(out).__name__}.{hint}"
             ) from err
         if is_complex:
             raise ValueError(

@@ -171,6 +171,18 @@ def test_complex_output_is_an_error(data):
         LocalGPExplainer(lambda X: X[:, 0] * (1 + 0.5j), data, budget=12).explain(data[0])
 
 
+def test_a_gp_model_as_black_box_gets_a_hint(data):
+    import gpytorch
+
+    from gpytorch_explain.local import BlackBox
+
+    def distribution(X):
+        return gpytorch.distributions.MultivariateNormal(X[:, 0], torch.eye(len(X), dtype=X.dtype))
+
+    with pytest.raises(TypeError, match=r"got MultivariateNormal\. For a GPyTorch.*model\(X\)\.mean"):
+        BlackBox(distribution, 6, input_type="torch")(data[:3])
+
+
 def test_unseen_categorical_value_of_x_warns():
     rs = np.random.RandomState(2)
     X = np.c_[rs.randn(100), rs.choice([0.5, 1.5, 4.25], size=100)]
