@@ -58,6 +58,9 @@ def _check_scale(out: str) -> None:
 def _check_local(out: str) -> None:
     assert "with 20 black-box calls" in out
     assert "± 1 std" in out and "LOO R²" in out
+    # the DataFrame part: the text column is printed as text, and the pipeline received DataFrames
+    assert re.search(r"^sex +(male|female) ", out, flags=re.M), out
+    assert "[3 rows x 10 columns]" in out
 
 
 def _check_metrics(out: str) -> None:

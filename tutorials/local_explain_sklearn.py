@@ -139,3 +139,29 @@ def top3(r):
 print(f"top-3 by relevance, seed 0: {top3(result)}; seed 1: {top3(again)}")
 z = (result.gradient_mean - again.gradient_mean) / np.hypot(result.gradient_std, again.gradient_std).clip(1e-12)
 print(f"gradient differences between the seeds, in units of their combined std: max |z| = {np.abs(z).max():.2f}")
+
+# %% [markdown]
+# ## A pipeline on a DataFrame with a text column
+#
+# Tabular data often comes as a pandas DataFrame with text columns, and the model as a pipeline that selects
+# columns by name. Pass the DataFrame itself: the black box then receives DataFrames with its columns and dtypes,
+# and each text column is a categorical feature that only takes values seen in the training data. Here the
+# diabetes data's `sex` column is written as text, and a `ColumnTransformer` one-hot encodes it.
+
+# %%
+from sklearn.compose import ColumnTransformer  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+from sklearn.preprocessing import OneHotEncoder  # noqa: E402
+
+frame = load_diabetes(as_frame=True).frame.drop(columns="target")
+frame["sex"] = np.where(frame["sex"] > 0, "male", "female")  # a text column, as raw data has it
+frame_train, frame_test = train_test_split(frame, test_size=0.2, random_state=0)  # the split above
+pipeline = make_pipeline(
+    ColumnTransformer([("sex", OneHotEncoder(), ["sex"])], remainder="passthrough"),
+    GradientBoostingRegressor(random_state=0),
+).fit(frame_train, y_train)
+frame_result = LocalGPExplainer(from_sklearn_regressor(pipeline), frame_train, budget=BUDGET, seed=0).explain(
+    frame_test.iloc[SAMPLE]
+)
+print(frame_result.summary())
+print(frame_result.samples_frame().head(3))  # the first rows the pipeline received (x first)
