@@ -113,13 +113,15 @@ def _data(name):
     return _CACHE[name]
 
 
-def _lime_one(task, discretize: bool = False):
+def _lime_one(task, discretize: bool = False, around: bool = False):
     from lime.lime_tabular import LimeTabularExplainer
 
     name, budget, i, r = task
     Xtr, Xte, _, model, predict, mode, _ = _data(name)
     fn = model.predict_proba if mode == "classification" else predict
-    ex = LimeTabularExplainer(Xtr, mode=mode, discretize_continuous=discretize, random_state=1000 * r + i)
+    ex = LimeTabularExplainer(
+        Xtr, mode=mode, discretize_continuous=discretize, sample_around_instance=around, random_state=1000 * r + i
+    )
     t0, c0 = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -135,6 +137,12 @@ def _lime_one(task, discretize: bool = False):
 def _lime_default_one(task):
     """LIME as its users call it: ``LimeTabularExplainer``'s defaults (quartile-discretised continuous features)."""
     return _lime_one(task, discretize=True)
+
+
+def _lime_local_one(task):
+    """Continuous LIME sampled around the instance (``sample_around_instance=True``; the default samples around the
+    training mean, so the "continuous LIME" rows fit a kernel-weighted line over the whole data cloud)."""
+    return _lime_one(task, around=True)
 
 
 def _gp_one(task):
@@ -228,6 +236,7 @@ def run(args, store: dict, path: str = STORE) -> None:
             for i, r in cells:
                 tasks.append(("lime", _key(name, "lime", budget, "", i, r), (name, budget, i, r)))
                 tasks.append(("limedef", _key(name, "limedef", budget, "", i, r), (name, budget, i, r)))
+                tasks.append(("limeloc", _key(name, "limeloc", budget, "", i, r), (name, budget, i, r)))
         for budget in args.budgets:
             for acq in args.acquisitions:
                 setting = dict(setting_base, acquisition=acq)
@@ -236,7 +245,13 @@ def run(args, store: dict, path: str = STORE) -> None:
                     tasks.append(("gp", key, (name, budget, i, r, setting)))
     todo = [t for t in tasks if t[1] not in store["records"]]
     print(f"{len(tasks)} cells, {len(todo)} to compute (others already stored)", flush=True)
-    fns = {"lime": _lime_one, "limedef": _lime_default_one, "gp": _gp_one, "shap": _shap_one}
+    fns = {
+        "lime": _lime_one,
+        "limedef": _lime_default_one,
+        "limeloc": _lime_local_one,
+        "gp": _gp_one,
+        "shap": _shap_one,
+    }
     cmd = "PYTHONPATH=$PWD python benchmarks/local_vs_lime.py " + " ".join(sys.argv[1:])
     if todo and cmd not in store["commands"]:
         store["commands"].append(cmd)
@@ -376,21 +391,38 @@ def report(store: dict) -> str:
                 lines += _rows("gp", budget, key[3], by[key], inst, reps, lime, shap_ref)
         if shap_runs:
             lines.append(f"(KernelSHAP nsamples={max(shap_runs)}, background: 10 k-means centres of the training data)")
-        limedef = {k[2]: v for k, v in by.items() if k[0] == name and k[1] == "limedef"}
-        lines += _default_lime_rows(name, by, limedef)
+        for method, title, tag in _OTHER_LIMES:
+            ref = {k[2]: v for k, v in by.items() if k[0] == name and k[1] == method}
+            lines += _other_lime_rows(name, by, ref, title, tag)
     return "\n".join(lines) + "\n"
 
 
-def _default_lime_rows(name: str, by: dict, limedef: dict) -> list[str]:
-    """The current GP settings against LIME in its default configuration (discretised), on common cells."""
+#: the other LIME baselines: (method, section title, column tag)
+_OTHER_LIMES = (
+    (
+        "limedef",
+        "against LIME with LimeTabularExplainer's defaults (discretize_continuous=True: quartile-bin indicators; the "
+        "rows above use continuous LIME)",
+        "LIMEd",
+    ),
+    (
+        "limeloc",
+        "against continuous LIME sampled around the instance (sample_around_instance=True; the continuous LIME above "
+        "keeps LimeTabularExplainer's default, N(training mean, sigma^2) samples weighted by their distance to x)",
+        "LIMEx",
+    ),
+)
+
+
+def _other_lime_rows(name: str, by: dict, limedef: dict, title: str, tag: str) -> list[str]:
+    """The current GP settings against another LIME baseline (``limedef``: budget -> cells), on common cells."""
     if 5000 not in limedef:
         return []
     out = [
         "",
-        f"--- {name}: against LIME with LimeTabularExplainer's defaults (discretize_continuous=True: quartile-bin "
-        "indicators; the rows above use continuous LIME) ---",
-        f"{'method':<58}{'budget':>6}{'I x R':>8}{'1/l':>8}{'|grad|':>8}{'LIMEd@b':>8}{'LIMEd@5k':>9}"
-        f"{'/LIMEd@b':>18}{'/LIMEd@5k':>18}",
+        f"--- {name}: {title} ---",
+        f"{'method':<58}{'budget':>6}{'I x R':>8}{'1/l':>8}{'|grad|':>8}{tag + '@b':>8}{tag + '@5k':>9}"
+        f"{'/' + tag + '@b':>18}{'/' + tag + '@5k':>18}",
     ]
     for budget in sorted(b for b in limedef if b != 5000):
         keys = [
