@@ -77,6 +77,34 @@ class LocalExplanation:
             raise RuntimeError("samples_frame() needs an explainer built on a pandas DataFrame; see x_samples.")
         return self.codec.decode(self.x_samples)
 
+    def to_frame(self):
+        """The per-feature table as a pandas DataFrame indexed by feature name (needs pandas).
+
+        Columns: ``value`` (x; categories as values for a DataFrame's text columns), ``relevance``,
+        ``gradient_mean``, ``gradient_std``, ``integrated_gradients``, ``integrated_gradients_std``, ``baseline``,
+        ``lengthscale``; rows in feature order.
+        """
+        try:
+            import pandas as pd
+        except ImportError as err:  # pragma: no cover - depends on the environment
+            raise ImportError("to_frame() needs pandas: pip install pandas") from err
+        value = list(self.x)
+        if self.codec is not None:
+            value = [self.codec.value_text(j, v) if j in self.codec.levels else v for j, v in enumerate(self.x)]
+        return pd.DataFrame(
+            {
+                "value": value,
+                "relevance": self.relevance,
+                "gradient_mean": self.gradient_mean,
+                "gradient_std": self.gradient_std,
+                "integrated_gradients": self.integrated_gradients,
+                "integrated_gradients_std": self.integrated_gradients_std,
+                "baseline": self.baseline,
+                "lengthscale": self.lengthscales,
+            },
+            index=pd.Index(self.feature_names, name="feature"),
+        )
+
     def _value_text(self, j: int) -> str:
         if self.codec is not None and j in self.codec.levels:
             return self.codec.value_text(j, self.x[j])[:10]

@@ -75,6 +75,10 @@ def test_black_box_gets_frames_and_categories_stay_seen(frame):
     # the summary shows categories as values, not codes
     line = next(t for t in res.summary().splitlines() if t.startswith("city"))
     assert frame["city"].iloc[5] in line
+    table = res.to_frame()
+    assert list(table.index) == list(frame.columns) and table.loc["city", "value"] == frame["city"].iloc[5]
+    np.testing.assert_array_equal(table["gradient_std"].to_numpy(), res.gradient_std)
+    np.testing.assert_array_equal(table["relevance"].to_numpy(), res.relevance)
     mean, _ = res.predict(received.iloc[:3])
     np.testing.assert_allclose(mean, res.predict(res.x_samples[:3])[0])
 
