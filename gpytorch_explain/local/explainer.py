@@ -47,21 +47,17 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 from botorch.utils.sampling import draw_sobol_samples
-from gpytorch.utils.warnings import NumericalWarning
 
-from ..attribution import PosteriorGradient, PosteriorIntegratedGradients
 from .acquisition import ACQUISITIONS
 from .blackbox import BlackBox
 from .proposals import _MAX_ENUMERATED_COMBOS, _RANDOM_COMBOS, _ProposalMixin
+from .readout import _ReadoutMixin, _relevance_of
 from .result import LocalExplanation, _to_numpy
-from .stencil import choose_stencil, stencil_differences, stencil_rows
+from .stencil import choose_stencil, stencil_rows
 from .surrogate import (
     DEFAULT_PRIOR_SCALE,
     fit_surrogate,
-    loo_r2,
-    make_relevance_surrogate,
     make_surrogate,
-    make_trend_surrogate,
 )
 from .tabular import as_instance, as_training_array
 
@@ -70,9 +66,6 @@ __all__ = ["LocalGPExplainer"]
 _DT = torch.float64
 #: how the relevance's lengthscales are estimated (see ``LocalGPExplainer(relevance_prior=...)``)
 RELEVANCE_PRIORS = ("saas", "lognormal")
-#: the relevance surrogate's slope scale along feature i, sqrt(outputscale) / l_i (the prior std of its derivative, in
-#: standardised outputs per box half-width); below this for every feature, it found no feature with an effect
-_NO_EFFECT_SLOPE = 0.01
 
 
 def _as_int(name: str, value) -> int:
@@ -82,19 +75,12 @@ def _as_int(name: str, value) -> int:
     return int(value)
 
 
-def _relevance_of(model) -> torch.Tensor:
-    """Normalised :math:`1/\\ell` of an ARD-RBF surrogate (plain or inside a ``ScaleKernel``)."""
-    kernel = model.covar_module
-    inv = 1.0 / getattr(kernel, "base_kernel", kernel).lengthscale.reshape(-1)
-    return inv / inv.sum()
-
-
 def _tagged(tag: str, model, **kwargs) -> list[str]:
     """``fit_surrogate(model, **kwargs)``'s messages, each prefixed by the surrogate's role."""
     return [f"{tag}: {m}" for m in fit_surrogate(model, **kwargs)]
 
 
-class LocalGPExplainer(_ProposalMixin):
+class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
     r"""Explain any black box locally with a GP surrogate sampled by Bayesian optimisation.
 
     :param predict_fn: callable mapping an ``(m, D)`` float array to ``m`` numbers (numpy, list or tensor);
@@ -518,152 +504,3 @@ class LocalGPExplainer(_ProposalMixin):
                 "budget above the number of distinct rows is wasted"
             )
         return self._result(model, x, X_all, y_all, ym, ys, scale, baseline, messages, stopped)
-
-    def _attribution_model(self, model, messages: list[str] | None = None):
-        """The surrogate the signed attributions come from (see ``linear_trend``)."""
-        if not self.linear_trend:
-            return model
-        trend = make_trend_surrogate(model, prior_scale=self.lengthscale_prior_scale, noise=self.attribution_noise)
-        fit_messages = fit_surrogate(trend, maxiter=self.final_maxiter)
-        if messages is not None:
-            messages += [f"trend surrogate: {m}" for m in fit_messages]
-        return trend
-
-    def _relevance_lengthscales(self, model, messages: list[str]) -> np.ndarray:
-        """The lengthscales (box units) behind ``relevance``: ``model``'s, or a SAAS refit's (``relevance_prior``)."""
-        if self.relevance_prior == "lognormal":
-            return _to_numpy(model.covar_module.lengthscale.reshape(-1))
-        rmodel = make_relevance_surrogate(model)
-        fit_messages = fit_surrogate(
-            rmodel, maxiter=self.final_maxiter, watch=_relevance_of, watch_label="normalised relevances"
-        )
-        messages += [f"relevance surrogate: {m}" for m in fit_messages]
-        ell = _to_numpy(rmodel.covar_module.base_kernel.lengthscale.reshape(-1))
-        # a long lengthscale alone is no evidence of "no effect": on a (locally) linear black box every lengthscale
-        # runs long while the output scale grows with it, and sqrt(outputscale) / l_i is the slope scale that stays
-        slope = float(rmodel.covar_module.outputscale.detach().sqrt()) / ell
-        if (slope < _NO_EFFECT_SLOPE).all():
-            messages.append(
-                "relevance: the SAAS surrogate found no feature with an effect in the box (the prior std of its "
-                f"slope along every feature, sqrt(outputscale) / lengthscale, is below {_NO_EFFECT_SLOPE:g} output "
-                f"stds per box half-width, the largest {slope.max():.3g}); the relevances mean nothing. Check "
-                "fidelity, the black box's output range or the interval."
-            )
-        return ell
-
-    def _gradient_ok(self, model, u0, ys, scale, y_all) -> bool:
-        """The stopping rule: every gradient std (user units, widened by the stencil check) below ``gradient_tol``."""
-        model = self._attribution_model(model)
-        grad = PosteriorGradient(model)(u0[None])
-        act = self.active
-        g_mean, g_std = np.zeros(self.num_features), np.zeros(self.num_features)
-        g_mean[act] = _to_numpy(grad.mean[0]) * ys / scale
-        g_std[act] = np.sqrt(np.clip(_to_numpy(grad.variance[0]), 0, None)) * ys / scale
-        if self.stencil is not None:  # the same check as the result's, so that it cannot stop on a narrower std
-            self._stencil_check(y_all, scale, g_mean, g_std, [])
-        return bool(np.all(g_std[act] < self.gradient_tol))
-
-    def _stencil_check(self, y_all, scale, g_mean, g_std, messages) -> None:
-        r"""Widen ``g_std`` (in place) by the distance to the stencil's finite differences.
-
-        The stencil rows (rows 1 .. 2k, or 1 .. k for the forward stencil, of the first call) give a direct reading
-        of the slope at ``x``: the central difference
-        :math:`d_j = (f(\mathbf x + h_j\mathbf e_j) - f(\mathbf x - h_j\mathbf e_j)) / 2h_j`, exact up to
-        :math:`O(h_j^2 f^{(3)})` for a deterministic smooth black box, or the forward difference
-        :math:`d_j = (f(\mathbf x + h_j\mathbf e_j) - f(\mathbf x)) / h_j`, exact up to :math:`O(h_j f'')`, with
-        :math:`h_j = \delta r\sigma_j`.
-        A surrogate that calls a small smooth part of the black box noise can sit many of its stds away from it (the
-        box's average slope instead of the slope at ``x``). The reported std becomes
-        :math:`\sqrt{s_j^2 + (d_j - m_j)^2}`, so that the interval reaches the direct reading; where the two agree
-        (the usual case on smooth models) it hardly changes. A gap larger than the std itself is reported.
-        """
-        cont = [j for j in self.active if j not in self.categorical_features]
-        pos = {j: p for p, j in enumerate(self.active)}
-        h = np.array([self.stencil * scale[pos[j]] for j in cont])
-        diffs = stencil_differences(y_all, self.stencil_kind, h)
-        wide = []
-        for j, d in zip(cont, diffs, strict=True):
-            gap = abs(d - g_mean[j])
-            if gap > g_std[j]:
-                wide.append(f"{self.feature_names[j]} ({g_mean[j]:.4g} ± {g_std[j]:.2g} against {d:.4g})")
-            g_std[j] = float(np.hypot(g_std[j], gap))
-        if wide:
-            sign = "+" if self.stencil_kind == "forward" else "±"
-            messages.append(
-                f"stencil check: the {self.stencil_kind} difference at x {sign} δ·rσ differs from the surrogate's "
-                f"slope by more than its std for {len(wide)} feature(s): {', '.join(wide[:5])}"
-                f"{', ...' if len(wide) > 5 else ''}; "
-                "gradient_std includes the difference (the slope at x may differ from the box's average slope)."
-            )
-
-    def _result(self, model, x, X_all, y_all, ym, ys, scale, baseline, messages, stopped) -> LocalExplanation:
-        act = self.active
-        D = self.num_features
-        u0 = torch.zeros(1, act.size, dtype=_DT)
-        amodel = self._attribution_model(model, messages)
-        grad = PosteriorGradient(amodel)(u0)
-        g_mean = np.zeros(D)
-        g_std = np.zeros(D)
-        g_mean[act] = _to_numpy(grad.mean[0]) * ys / scale
-        g_std[act] = np.sqrt(np.clip(_to_numpy(grad.variance[0]), 0, None)) * ys / scale
-        if self.stencil is not None:
-            self._stencil_check(y_all, scale, g_mean, g_std, messages)
-        elif self._stencil_off_reason is not None:
-            messages.append(
-                f"stencil: off ({self._stencil_off_reason}), so gradient_std is the surrogate's alone, with no "
-                "finite difference to check it; with few calls per feature it can be overconfident (breast cancer / "
-                "SVC, 30 features, 50 calls, no stencil: the true gradient inside two stds for 232 of 300 features, "
-                "misses up to 5.5 stds); a budget that fits the forward stencil adds that check."
-            )
-        lo, hi = x - self.interval * self.sigma, x + self.interval * self.sigma
-        if baseline is None:
-            b = np.clip(self.training_data.mean(0), lo, hi)
-        else:
-            b = self._check_x(baseline, "baseline").copy()
-        b[np.setdiff1d(np.arange(D), act)] = x[np.setdiff1d(np.arange(D), act)]
-        ig = PosteriorIntegratedGradients(amodel, baseline=self._to_u(b[None, :], x, scale)[0])(u0)
-        ig_mean = np.zeros(D)
-        ig_std = np.zeros(D)
-        ig_mean[act] = _to_numpy(ig.mean[0]) * ys  # IG is invariant to input rescaling
-        ig_std[act] = np.sqrt(np.clip(_to_numpy(ig.variance[0]), 0, None)) * ys
-        ell = self._relevance_lengthscales(model, messages)
-        relevance = np.zeros(D)
-        relevance[act] = (1.0 / ell) / (1.0 / ell).sum()
-        lengthscales = np.full(D, np.inf)
-        lengthscales[act] = ell * scale
-        fidelity = loo_r2(amodel)
-        if np.isfinite(fidelity) and fidelity < 0.5:
-            messages.append(
-                f"low fidelity: leave-one-out R² = {fidelity:.3f} < 0.5; the surrogate explains the "
-                "black box poorly in this box (try a smaller interval or a larger budget)."
-            )
-
-        def predict(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            if X.shape[-1] != D:
-                raise ValueError(f"X must be (m, {D}), got {X.shape}.")
-            with torch.no_grad(), warnings.catch_warnings():
-                # at a sampled point an interpolating surrogate's variance is round-off; gpytorch clamps it
-                warnings.filterwarnings("ignore", message="Negative variance", category=NumericalWarning)
-                post = amodel.posterior(self._to_u(X, x, scale))
-                var = _to_numpy(post.variance[..., 0])
-            return _to_numpy(post.mean[..., 0]) * ys + ym, np.sqrt(np.clip(var, 0.0, None)) * ys
-
-        return LocalExplanation(
-            x=x.copy(),
-            relevance=relevance,
-            gradient_mean=g_mean,
-            gradient_std=g_std,
-            integrated_gradients=ig_mean,
-            integrated_gradients_std=ig_std,
-            baseline=b,
-            x_samples=X_all,
-            y_samples=y_all,
-            fidelity=fidelity,
-            feature_names=list(self.feature_names),
-            acquisition=self.acquisition,
-            lengthscales=lengthscales,
-            stopped_early=stopped,
-            warnings=messages,
-            codec=self.codec,
-            _predict=predict,
-        )
