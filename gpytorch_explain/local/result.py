@@ -41,7 +41,7 @@ class LocalExplanation:
     :ivar fidelity: leave-one-out :math:`R^2` of the surrogate on its samples (closed form).
     :ivar warnings: messages from the surrogate fits and checks (empty when all went well).
     :ivar codec: for ``training_data`` given as a pandas DataFrame, its
-        :class:`~gpytorch_explain.local.tabular.FrameCodec` (``None`` otherwise): the arrays above hold the codes of
+        :class:`~gpytorch_explain.local.FrameCodec` (``None`` otherwise): the arrays above hold the codes of
         its non-numeric columns, :meth:`samples_frame` the rows as the black box received them.
     """
 
