@@ -18,7 +18,7 @@ from gpytorch.utils.warnings import NumericalWarning
 from ..attribution import PosteriorGradient, PosteriorIntegratedGradients
 from .result import LocalExplanation, _to_numpy
 from .stencil import stencil_differences
-from .surrogate import fit_surrogate, loo_r2, make_relevance_surrogate, make_trend_surrogate
+from .surrogate import fit_surrogate, fit_trend_surrogate, loo_r2, make_relevance_surrogate
 
 __all__: list[str] = []
 
@@ -39,11 +39,12 @@ class _ReadoutMixin:
     """The explainer's read-outs of its surrogates (see the module docstring)."""
 
     def _attribution_model(self, model, messages: list[str] | None = None):
-        """The surrogate the signed attributions come from (see ``linear_trend``)."""
+        """The surrogate the signed attributions come from (see ``linear_trend``; two starts, the better kept)."""
         if not self.linear_trend:
             return model
-        trend = make_trend_surrogate(model, prior_scale=self.lengthscale_prior_scale, noise=self.attribution_noise)
-        fit_messages = fit_surrogate(trend, maxiter=self.final_maxiter)
+        trend, fit_messages = fit_trend_surrogate(
+            model, prior_scale=self.lengthscale_prior_scale, noise=self.attribution_noise, maxiter=self.final_maxiter
+        )
         if messages is not None:
             messages += [f"trend surrogate: {m}" for m in fit_messages]
         return trend

@@ -43,6 +43,7 @@ __all__ = [
     "make_trend_surrogate",
     "make_relevance_surrogate",
     "fit_surrogate",
+    "fit_trend_surrogate",
     "log_posterior",
     "loo_predictions",
     "loo_r2",
@@ -155,6 +156,53 @@ def make_trend_surrogate(
         noise_covar.noise = torch.full_like(noise_covar.raw_noise, float(noise))
         noise_covar.raw_noise.requires_grad_(False)
     return out
+
+
+def _neutral_start(trend: SingleTaskGP) -> None:
+    """Restart a trend surrogate from neutral hyperparameters: prior-mode lengthscales, unit variances, small noise."""
+    linear, scaled = trend.covar_module.kernels
+    dtype = trend.train_inputs[0].dtype
+    linear.variance = torch.tensor(1.0, dtype=dtype)
+    scaled.outputscale = torch.tensor(1.0, dtype=dtype)
+    rbf = scaled.base_kernel
+    rbf.lengthscale = torch.full_like(rbf.lengthscale, float(rbf.lengthscale_prior.mode))
+    noise_covar = trend.likelihood.noise_covar
+    if noise_covar.raw_noise.requires_grad:  # a learned noise; a fixed one (attribution_noise) stays
+        noise_covar.noise = torch.full_like(noise_covar.noise, 1e-4)
+
+
+def fit_trend_surrogate(
+    model: SingleTaskGP, prior_scale: float = DEFAULT_PRIOR_SCALE, noise: float | None = None, maxiter: int = 200
+) -> tuple[SingleTaskGP, list[str]]:
+    r"""The fitted attribution surrogate of :func:`make_trend_surrogate`: the better of two starts.
+
+    The fit starts once from ``model``'s hyperparameters (warm start) and once from neutral ones (lengthscales at
+    the prior's mode, :math:`v = s = 1`, noise :math:`10^{-4}`); the fit with the larger log posterior
+    (:func:`log_posterior`: marginal likelihood plus priors) is returned, with its :func:`fit_surrogate` messages.
+    Both starts are deterministic. With 50 samples in 30 dimensions the marginal likelihood has several modes, and
+    a warm start from an acquisition surrogate that calls most of the output noise can stay in the mode where the
+    trend surrogate does too (kernel variances near 0, leave-one-out :math:`R^2` ≈ 0). Its gradient at the instance
+    is then ≈ 0 with a std that only the stencil check widens, while the stencil's own finite differences show
+    slopes of order one (breast cancer / SVC, explained through the logit, 50 calls: 2 of 20 explanations on 5
+    instances x 4 seeds). The second start found the better mode in 13 of those 20 fits (docs/local.md).
+
+    Example:
+        >>> import torch
+        >>> from gpytorch_explain.local.surrogate import fit_trend_surrogate, make_surrogate
+        >>> U = torch.rand(30, 2, dtype=torch.float64) * 2 - 1
+        >>> y = U @ torch.tensor([2.0, -1.0], dtype=U.dtype)
+        >>> trend, messages = fit_trend_surrogate(make_surrogate(U, (y - y.mean()) / y.std()))
+        >>> type(trend.covar_module).__name__
+        'AdditiveKernel'
+    """
+    warm = make_trend_surrogate(model, prior_scale=prior_scale, noise=noise)
+    warm_messages = fit_surrogate(warm, maxiter=maxiter)
+    neutral = make_trend_surrogate(model, prior_scale=prior_scale, noise=noise)
+    _neutral_start(neutral)
+    neutral_messages = fit_surrogate(neutral, maxiter=maxiter)
+    if log_posterior(neutral) > log_posterior(warm):
+        return neutral, neutral_messages
+    return warm, warm_messages
 
 
 def make_relevance_surrogate(model: SingleTaskGP) -> SingleTaskGP:

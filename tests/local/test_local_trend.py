@@ -6,6 +6,8 @@ samples on the box's faces, shows it most. These tests pin both sides: with the 
 inside two stds; without it, it does not (so the first test can fail).
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -156,3 +158,52 @@ def test_attribution_noise_is_checked(bad):
         LocalGPExplainer(lambda X: X[:, 0], data, attribution_noise=bad)
     with pytest.raises(ValueError, match="linear_trend"):
         LocalGPExplainer(lambda X: X[:, 0], data, attribution_noise=1e-6, linear_trend=False)
+
+
+def test_two_starts_keep_the_better_fit():
+    """``fit_trend_surrogate`` returns a fit whose log posterior is at least the warm-started one's."""
+    from gpytorch_explain.local.surrogate import fit_trend_surrogate, log_posterior, loo_r2
+
+    torch.manual_seed(0)
+    U = torch.rand(30, 3, dtype=torch.float64) * 2 - 1
+    y = 2 * U[:, 0] - U[:, 1] + 0.3 * torch.sin(3 * U[:, 2])
+    model = make_surrogate(U, (y - y.mean()) / y.std())
+    # an acquisition surrogate that calls most of the output noise: the warm start of the trend surrogate
+    model.likelihood.noise = torch.tensor([0.95], dtype=torch.float64)
+    model.covar_module.lengthscale = torch.full((1, 3), 15.0, dtype=torch.float64)
+    warm = make_trend_surrogate(model)
+    fit_surrogate(warm)
+    best, messages = fit_trend_surrogate(model)
+    assert log_posterior(best) >= log_posterior(warm) - 1e-9
+    assert log_posterior(best) > log_posterior(warm) + 1.0  # here the neutral start finds a much better mode
+    assert loo_r2(best) > 0.999 and isinstance(messages, list)
+    # a fixed noise (attribution_noise) stays fixed in both starts
+    fixed, _ = fit_trend_surrogate(model, noise=1e-6)
+    assert float(fixed.likelihood.noise) == pytest.approx(1e-6)
+
+
+def test_svc_logit_gradient_follows_the_finite_differences():
+    """Breast cancer / SVC through the logit: the warm-started fit called everything noise (LOO R² ≈ 0, gradient ≈ 0
+    against slopes of order one); the kept fit's gradient follows the central differences at x."""
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.model_selection import train_test_split
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC
+
+    from gpytorch_explain.local import from_sklearn_classifier
+
+    X, y = load_breast_cancer(return_X_y=True)
+    Xtr, Xte, ytr, _ = train_test_split(X, y, test_size=0.2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # SVC(probability=True) deprecation (sklearn >= 1.9)
+        svc = make_pipeline(StandardScaler(), SVC(probability=True, random_state=0)).fit(Xtr, ytr)
+    f = from_sklearn_classifier(svc, 1, output="logit")
+    x = Xte[0]
+    h = 1e-3 * Xtr.std(0)
+    steps = np.eye(30) * h[:, None]
+    central = (f(x + steps) - f(x - steps)) / (2 * h)
+    res = LocalGPExplainer(f, Xtr, budget=50, seed=3000).explain(x)
+    assert res.fidelity > 0.5, res.warnings
+    assert np.corrcoef(res.gradient_mean, central)[0, 1] > 0.9
+    assert (np.abs(res.gradient_mean - central) <= 2 * res.gradient_std).all()
