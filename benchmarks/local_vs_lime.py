@@ -283,7 +283,9 @@ _ABBREV = {
     # made before the analytic acquisitions evaluated a cached posterior (2026-11-28: equal to round-off per
     # evaluation, but BO paths can part at round-off, so individual explanations differ)
     "pre_cache=True": "pre-cache",
-    "relevance_prior=": "rel=",  # made before the explainer replaced repeated proposals (lcb/ei/pi repeat points)
+    "relevance_prior=": "rel=",
+    # made before the trend surrogate was fitted from two starts (2026-11-28): only the gradient and LOO R2 differ
+    "trend_start=warm": "warm-trend",  # made before the explainer replaced repeated proposals (lcb/ei/pi repeat points)
 }
 
 
@@ -450,7 +452,7 @@ def _other_lime_rows(name: str, by: dict, limedef: dict, title: str, tag: str) -
 
 
 #: settings of records made by older code (kept for the record, left out of the default-LIME comparison)
-_OLD_RECORDS = ("pre_stencil", "pre_cache", "repeats=True", "linear_trend=False")
+_OLD_RECORDS = ("pre_stencil", "pre_cache", "repeats=True", "linear_trend=False", "trend_start=warm")
 
 
 def main(argv=None) -> None:
