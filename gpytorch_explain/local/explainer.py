@@ -138,7 +138,7 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
         ``gpytorch_explain.local.surrogate.fit_surrogate``), so that it converges; a fit that does not is
         reported in ``result.warnings`` with its numbers.
     :param linear_trend: the gradient and integrated gradients come from a surrogate whose kernel adds a linear
-        trend to the ARD RBF (``gpytorch_explain.local.surrogate.make_trend_surrogate``, fitted once on the
+        trend to the ARD RBF (``gpytorch_explain.local.surrogate.fit_trend_surrogate``: two starts, on the
         final samples), the relevance :math:`1/\ell` and the acquisitions from the ARD RBF alone (the paper's
         surrogate). ``False`` takes the attributions from the ARD RBF too; its slope at ``x`` is biased by the
         kernel's curvature on black boxes with a strong linear trend (3-6 % with a 0.5 % std on a linear function
