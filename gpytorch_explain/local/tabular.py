@@ -169,7 +169,7 @@ class FrameCodec:
                 else:
                     data[name] = pd.array(values, dtype=dtype)
             elif j in self.categorical and pd.api.types.is_integer_dtype(dtype):
-                data[name] = np.rint(v).astype(dtype)
+                data[name] = pd.array(np.rint(v).astype(np.int64), dtype=dtype)  # numpy or nullable integers
             else:
                 data[name] = v
         frame = pd.DataFrame(data, columns=pd.Index(self.columns))

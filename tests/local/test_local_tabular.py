@@ -58,6 +58,13 @@ def test_codec_round_trip_keeps_values_and_dtypes(frame):
     assert codec.value_text(2, 2.0) == "paris"
 
 
+def test_integer_categorical_columns_keep_their_dtype():
+    df = pd.DataFrame({"a": [1.5, 2.5, 0.5, 3.0], "n": pd.array([1, 2, 2, 3], dtype="Int64"), "m": [4, 5, 4, 5]})
+    codec = FrameCodec(df, categorical_features=["n", "m"])
+    assert codec.categorical == [1, 2] and not codec.levels  # integer columns stay numbers (their own codes)
+    pd.testing.assert_frame_equal(codec.decode(codec.encode(df)), df)
+
+
 def test_black_box_gets_frames_and_categories_stay_seen(frame):
     rec = Recorder(frame_model)
     ex = LocalGPExplainer(rec, frame, budget=24, seed=0, interval=0.5)
