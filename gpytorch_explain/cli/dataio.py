@@ -26,6 +26,7 @@ __all__ = [
     "atomic_output",
     "atomic_path",
     "check_input_file",
+    "check_output_path",
     "handle_nan",
     "read_csv",
     "split_names",
@@ -209,6 +210,17 @@ def handle_nan(
     return np.where(bad, np.asarray(fill, dtype=np.float64)[None, :], values), rows
 
 
+def check_output_path(path: str | None) -> None:
+    """Fail early (before any long work) when ``path`` cannot be written: a missing folder, or a directory."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CLIError(f"cannot write {path}: folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise CLIError(f"cannot write {path}: it is a directory")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
     """Write ``path`` all at once, for writers that take a file name (``torch.save``, ``savefig``).
@@ -216,11 +228,8 @@ def atomic_path(path: str) -> Iterator[str]:
     Yields a temporary path in the same folder (same extension), which replaces ``path`` (``os.replace``) only
     when the body finishes; on any error the temporary file is removed and ``path`` is left as it was.
     """
+    check_output_path(path)
     folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CLIError(f"cannot write {path}: folder {folder} does not exist")
-    if os.path.isdir(path):
-        raise CLIError(f"cannot write {path}: it is a directory")
     suffix = os.path.splitext(path)[1]
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=f".tmp{suffix}", dir=folder)
     os.close(fd)

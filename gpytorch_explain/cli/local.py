@@ -15,7 +15,17 @@ import warnings
 
 import numpy as np
 
-from .dataio import MISSING, NAN_POLICIES, CLIError, atomic_output, atomic_path, check_input_file, handle_nan, read_csv
+from .dataio import (
+    MISSING,
+    NAN_POLICIES,
+    CLIError,
+    atomic_output,
+    atomic_path,
+    check_input_file,
+    check_output_path,
+    handle_nan,
+    read_csv,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -114,6 +124,18 @@ def _is_numeric(table, name: str) -> bool:
     return True
 
 
+def _note_filled_row(raw: np.ndarray, filled: np.ndarray, names: list[str], args: argparse.Namespace) -> None:
+    """Say on stderr when ``--nan mean`` filled cells of the row being explained (``raw``: that row before)."""
+    holes = np.flatnonzero(np.isnan(raw))
+    if holes.size and args.nan == "mean":
+        cells = ", ".join(f"{names[k]} = {filled[k]:.6g}" for k in holes[:10])
+        print(
+            f"warning: row {args.row} itself has missing values; --nan mean filled them with column means ({cells}), "
+            "so it is explained at those values",
+            file=sys.stderr,
+        )
+
+
 def _frame_data(table, features: list[str], text_columns: list[str], args: argparse.Namespace):
     """The feature columns as a pandas DataFrame (text columns as strings) and the row ``args.row`` of it."""
     try:
@@ -124,7 +146,8 @@ def _frame_data(table, features: list[str], text_columns: list[str], args: argpa
             "(categorical) columns needs pandas: pip install pandas"
         ) from None
     numeric = [name for name in features if name not in text_columns]
-    values, kept = handle_nan(table.numeric(numeric), numeric, args.nan, args.data)
+    raw = table.numeric(numeric)
+    values, kept = handle_nan(raw, numeric, args.nan, args.data)
     keep = np.zeros(len(table), dtype=bool)
     keep[kept] = True
     for name in text_columns:
@@ -148,6 +171,8 @@ def _frame_data(table, features: list[str], text_columns: list[str], args: argpa
         else:
             columns[name] = [cell.strip() for cell in np.array(table.text(name), dtype=object)[rows_kept]]
     frame = pd.DataFrame(columns, columns=features)
+    if numeric:
+        _note_filled_row(raw[args.row], values[int(np.flatnonzero(kept == args.row)[0])], numeric, args)
     return frame, frame.iloc[int(np.flatnonzero(rows_kept == args.row)[0])]
 
 
@@ -159,6 +184,8 @@ def _cell(result, j: int, value: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_path(args.out)
+    check_output_path(args.plot)
     estimator = _load_estimator(args.sklearn)
     table = read_csv(args.data)
     if args.target is not None:
@@ -184,11 +211,12 @@ def run(args: argparse.Namespace) -> int:
     if text_columns:
         data, x = _frame_data(table, features, text_columns, args)
     else:
-        values = table.numeric(features)
-        values, kept = handle_nan(values, features, args.nan, args.data)
+        raw = table.numeric(features)
+        values, kept = handle_nan(raw, features, args.nan, args.data)
         if args.row not in kept:
             raise CLIError(f"row {args.row} has missing values and was dropped by --nan drop")
         data, x = values, values[int(np.flatnonzero(kept == args.row)[0])]
+        _note_filled_row(raw[args.row], x, features, args)
     predict, label = _black_box(estimator, args.class_index)
 
     def quiet_predict(X: np.ndarray) -> np.ndarray:
@@ -212,10 +240,13 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             progress=not args.quiet,
         )
-    except (ValueError, IndexError) as err:
+    except (ValueError, IndexError, TypeError) as err:
         raise CLIError(str(err)) from None
-    with warnings.catch_warnings():  # an unseen category of x is impossible: x is a row of the training data
-        result = explainer.explain(x)
+    try:
+        with warnings.catch_warnings():  # an unseen category of x is impossible: x is a row of the training data
+            result = explainer.explain(x)
+    except (ValueError, TypeError) as err:  # the model's output (NaN, several outputs) or its input, named
+        raise CLIError(f"explaining row {args.row}: {err}") from None
     print(f"row {args.row} of {args.data}: {label} = {float(result.y_samples[0]):.6g}")
     print(result.summary())
     for message in result.warnings:

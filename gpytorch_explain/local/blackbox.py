@@ -46,11 +46,50 @@ def from_sklearn_regressor(model: Any) -> Callable[[np.ndarray], np.ndarray]:
     """
     if not hasattr(model, "predict"):
         raise TypeError(f"from_sklearn_regressor needs an object with .predict, got {type(model).__name__}.")
+    kind = _sklearn_kind(model)
+    if kind == "classifier":
+        raise TypeError(
+            f"from_sklearn_regressor got a classifier ({type(model).__name__}), whose predict returns class labels "
+            "(a step function); explain a class probability with from_sklearn_classifier(model, class_index)."
+        )
+    if kind in ("clusterer", "outlier_detector"):
+        raise TypeError(
+            f"from_sklearn_regressor needs a regressor, got a {kind.replace('_', ' ')} ({type(model).__name__}), "
+            "whose predict returns labels; pass a callable returning the numbers to explain (e.g. "
+            "model.score_samples) as predict_fn."
+        )
 
     def predict(X: np.ndarray) -> np.ndarray:
-        return np.asarray(model.predict(_with_feature_names(model, X)), dtype=np.float64).reshape(len(X))
+        out = np.asarray(model.predict(_with_feature_names(model, X)))
+        if out.ndim == 2 and out.shape[1] == 1:
+            out = out[:, 0]
+        if out.shape != (len(X),):
+            raise ValueError(
+                f"{type(model).__name__}.predict returned shape {out.shape} for {len(X)} rows; a multi-output "
+                "regressor needs a predict_fn that picks one output, e.g. lambda X: model.predict(X)[:, k]."
+            )
+        try:
+            return out.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{type(model).__name__}.predict returned non-numeric values ({err}).") from err
 
     return predict
+
+
+def _sklearn_kind(model: Any) -> str | None:
+    """``"classifier"``, ``"clusterer"``, ``"outlier_detector"``, ``"regressor"`` or ``None`` (not scikit-learn)."""
+    try:
+        from sklearn import base
+    except ImportError:  # pragma: no cover - scikit-learn is a dependency of the helpers' users
+        return None
+    for kind in ("classifier", "clusterer", "outlier_detector", "regressor"):
+        test = getattr(base, f"is_{kind}", None)
+        try:
+            if test is not None and test(model):
+                return kind
+        except Exception:  # an object that is not an estimator
+            return None
+    return None
 
 
 def from_sklearn_classifier(
@@ -82,6 +121,15 @@ def from_sklearn_classifier(
     if output not in ("probability", "logit"):
         raise ValueError(f"output must be 'probability' or 'logit', got {output!r}.")
     classes = getattr(model, "classes_", None)
+    if isinstance(class_index, (bool, np.bool_)) or not isinstance(class_index, (int, np.integer)):
+        labels = [] if classes is None else list(np.asarray(classes).tolist())
+        if class_index in labels:  # a class label, e.g. "malignant"
+            class_index = labels.index(class_index)
+        else:
+            raise TypeError(
+                f"class_index must be a column index of predict_proba (an int) or one of the classifier's labels "
+                f"{labels[:10]}, got {class_index!r}."
+            )
     if classes is not None and not 0 <= int(class_index) < len(classes):
         raise ValueError(f"class_index {class_index} is out of range for a classifier with {len(classes)} classes.")
     k = int(class_index)
@@ -167,8 +215,9 @@ class BlackBox:
                 out = self.predict_fn(self.decode(X))
             except Exception as err:
                 raise TypeError(
-                    f"predict_fn raised {type(err).__name__}: {err} (it receives pandas DataFrames with the training "
-                    "data's columns because training_data is a DataFrame; pass input_type='numpy' for numpy arrays)."
+                    f"predict_fn raised {type(err).__name__}: {err}. Note: it receives pandas DataFrames with the "
+                    "training data's columns because training_data is a DataFrame; if it expects numpy arrays, pass "
+                    "input_type='numpy'."
                 ) from err
         else:
             received = X.copy()

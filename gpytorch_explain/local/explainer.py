@@ -29,8 +29,9 @@ uniformly from those values; during acquisition optimisation they are fixed to e
 combinations (``x``'s own values and ``num_categorical_candidates - 1`` random combinations of seen values)
 while the continuous features are optimised (BoTorch's ``optimize_acqf_mixed``), and the best combination
 wins. In the surrogate they are numeric codes (so their gradient is the surrogate's slope along the code).
-A value of ``x`` never seen in the training data is a ``UserWarning``; ``x`` is evaluated as given, every other
-row with seen values. When every perturbed feature is categorical the space of rows is finite: the initial
+A value of ``x`` never seen in the training data is a ``UserWarning``; ``x`` and its stencil rows (which move one
+continuous feature each) are evaluated with it, every other row with seen values. When every perturbed feature is
+categorical the space of rows is finite: the initial
 design and the acquisition's proposals avoid rows already sampled while unsampled combinations remain (a repeated
 proposal is replaced by the unsampled combination of maximum posterior std), and once all have been sampled the
 remaining rows repeat, with a warning in ``result.warnings``.
@@ -73,6 +74,49 @@ def _as_int(name: str, value) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an integer (int or numpy integer), got {value!r} ({type(value).__name__}).")
     return int(value)
+
+
+def _as_real(name: str, value, *, positive: bool = False, lower: float | None = None) -> float:
+    """``value`` as a finite float (a real, not a bool; ``> 0`` with ``positive``, ``>= lower``), else an error."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__}).")
+    value = float(value)
+    if not np.isfinite(value) or (positive and value <= 0) or (lower is not None and value < lower):
+        need = "a positive number" if positive else (f"a number >= {lower:g}" if lower is not None else "finite")
+        raise ValueError(f"{name} must be {need}, got {value}.")
+    return value
+
+
+def _as_count(name: str, value, minimum: int = 1) -> int:
+    """``value`` as an int ``>= minimum`` (see :func:`_as_int`)."""
+    value = _as_int(name, value)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
+    return value
+
+
+def _as_bool(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
+    return bool(value)
+
+
+def _standardise(y: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """``(mean, std, (y - mean) / std)`` of the outputs, computed on ``y / max|y|`` so that outputs near 1e±160
+    neither overflow nor underflow; ``std`` is 1 when it is below ``1e-12 |mean|`` (a constant black box; relative,
+    so that outputs ~1e-15 are not taken as constant)."""
+    amax = float(np.abs(y).max())
+    if 1e-150 < amax < 1e150:  # the plain formulas (to the bit as before)
+        ym, ys = float(y.mean()), float(y.std())
+        ys = ys if ys > 1e-12 * abs(ym) else 1.0
+        return ym, ys, (y - ym) / ys
+    if amax == 0.0:
+        return 0.0, 1.0, np.zeros_like(y)
+    u = y / amax
+    um, us = float(u.mean()), float(u.std())
+    if not us > 1e-12 * abs(um):
+        return um * amax, 1.0, (u - um) * amax
+    return um * amax, us * amax, (u - um) / us
 
 
 def _tagged(tag: str, model, **kwargs) -> list[str]:
@@ -264,26 +308,37 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
                 f"budget = {budget} is smaller than the initial design: x itself + n_initial = {self.n_initial} "
                 f"Sobol points + at least one BO step need budget >= {self.n_initial + 2}."
             )
-        if not (interval > 0 and np.isfinite(interval)):
-            raise ValueError(f"interval must be a positive number, got {interval}.")
-        self.interval = float(interval)
-        if not (lengthscale_prior_scale > 0 and np.isfinite(lengthscale_prior_scale)):
-            raise ValueError(f"lengthscale_prior_scale must be a positive number, got {lengthscale_prior_scale}.")
-        self.lengthscale_prior_scale = float(lengthscale_prior_scale)
+        self.interval = _as_real("interval", interval, positive=True)
+        self.lengthscale_prior_scale = _as_real("lengthscale_prior_scale", lengthscale_prior_scale, positive=True)
         self.q = _as_int("q", q)
         if self.q < 1:
             raise ValueError(f"q must be >= 1, got {q!r}.")
         self.categorical_features = cats
         self.categorical_values = {c: np.unique(data[:, c]) for c in self.categorical_features}
         self.feature_names = names
-        self.sigma = data.std(axis=0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.sigma = data.std(axis=0)
+        if not np.isfinite(self.sigma).all():
+            bad = [names[j] for j in np.flatnonzero(~np.isfinite(self.sigma))]
+            raise ValueError(f"the std of feature(s) {bad[:10]} overflows float64; rescale training_data.")
         tiny = 1e-12 * np.abs(data).max(axis=0)  # relative: data in units of 1e-9 (or 1e9) are as good as any
         self.active = np.flatnonzero(self.sigma > tiny)
         if self.active.size == 0:
             raise ValueError("Every feature of training_data has zero variance: there is nothing to perturb.")
+        if seed is not None:
+            seed = _as_int("seed", seed)
+            if not 0 <= seed < 2**32:
+                raise ValueError(f"seed must be None or an integer in [0, 2**32), got {seed}.")
         self.seed = seed
-        self.jitter = float(jitter)
-        self.exploration_weight = float(exploration_weight)
+        with np.errstate(over="ignore"):
+            half_widths = self.interval * self.sigma[self.active]
+        if not np.isfinite(half_widths).all():
+            raise ValueError(
+                f"the box half-widths interval × std overflow (interval = {self.interval:g}, largest std "
+                f"{self.sigma[self.active].max():g}); rescale the data or use a smaller interval."
+            )
+        self.jitter = _as_real("jitter", jitter, lower=0.0)
+        self.exploration_weight = _as_real("exploration_weight", exploration_weight, lower=0.0)
         if gradient_tol is not None:
             if isinstance(gradient_tol, (bool, np.bool_)) or not isinstance(gradient_tol, numbers.Real):
                 raise TypeError(f"gradient_tol must be None or a positive number, got {gradient_tol!r}.")
@@ -291,12 +346,12 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
                 raise ValueError(f"gradient_tol must be None or a positive finite number, got {gradient_tol!r}.")
             gradient_tol = float(gradient_tol)
         self.gradient_tol = gradient_tol
-        self.num_restarts = int(num_restarts)
-        self.raw_samples = int(raw_samples)
-        self.num_categorical_candidates = max(1, int(num_categorical_candidates))
-        self.linear_trend = bool(linear_trend)
+        self.num_restarts = _as_count("num_restarts", num_restarts)
+        self.raw_samples = _as_count("raw_samples", raw_samples, self.num_restarts)
+        self.num_categorical_candidates = _as_count("num_categorical_candidates", num_categorical_candidates)
+        self.linear_trend = _as_bool("linear_trend", linear_trend)
         if attribution_noise is not None:
-            attribution_noise = float(attribution_noise)
+            attribution_noise = _as_real("attribution_noise", attribution_noise)
             if not (0.0 < attribution_noise < 1.0):
                 raise ValueError(
                     "attribution_noise must be None (learned) or a variance in (0, 1), in units of the "
@@ -314,14 +369,12 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
             stencil, stencil_kind, n_cont, self.budget, self.n_initial
         )
         self.stencil = stencil
-        self.num_mc_points = int(num_mc_points)
-        self.refit_maxiter = int(refit_maxiter)
-        if not refit_growth >= 1.0:
-            raise ValueError(f"refit_growth must be >= 1, got {refit_growth}.")
-        self.refit_growth = float(refit_growth)
-        self.final_maxiter = int(final_maxiter)
-        self.num_threads = None if num_threads is None else int(num_threads)
-        self.progress = bool(progress)
+        self.num_mc_points = _as_count("num_mc_points", num_mc_points)
+        self.refit_maxiter = _as_count("refit_maxiter", refit_maxiter)
+        self.refit_growth = _as_real("refit_growth", refit_growth, lower=1.0)
+        self.final_maxiter = _as_count("final_maxiter", final_maxiter)
+        self.num_threads = None if num_threads is None else _as_count("num_threads", num_threads)
+        self.progress = _as_bool("progress", progress)
 
     # ------------------------------------------------------------------ coordinates
     def _check_x(self, x, name: str = "x") -> np.ndarray:
@@ -341,7 +394,8 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
             else:
                 shown, value = ", ".join(f"{v:g}" for v in vals[:10]) + (", ..." if vals.size > 10 else ""), f"{x[c]:g}"
             rest = (
-                "the other samples take seen values only"
+                ("so are its stencil rows; " if self.stencil is not None else "")
+                + "the other samples take seen values only"
                 if c in self.active
                 else "the feature has zero variance in training_data, so every sample keeps x's value"
             )
@@ -367,7 +421,8 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
     def explain(self, x, baseline=None) -> LocalExplanation:
         """Explain the black box at ``x`` (``(D,)``, numpy or tensor); see the module docstring for the steps.
 
-        :param baseline: IG baseline ``(D,)`` in user units (default: the training mean clipped to the box).
+        :param baseline: IG baseline ``(D,)`` in user units (default: the training mean clipped to the box; for a
+            categorical feature its most frequent value in the training data).
         """
         x = self._check_x(x)
         if baseline is not None:  # checked up front, before any black-box call
@@ -389,6 +444,14 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
         act = self.active
         d = act.size
         scale = self.interval * self.sigma[act]
+        coarse = np.flatnonzero(scale < 1e-8 * np.abs(x[act]))
+        if coarse.size:
+            j = int(act[coarse[0]])
+            raise ValueError(
+                f"the box half-width interval × std is below float64's resolution at x for feature(s) "
+                f"{[self.feature_names[int(act[k])] for k in coarse[:10]]} (e.g. {scale[coarse[0]]:.3g} at "
+                f"x = {x[j]:.6g}); use a larger interval."
+            )
         cat_pos = {int(np.flatnonzero(act == c)[0]): c for c in self.categorical_features if c in act}
         lower = -torch.ones(d, dtype=_DT)
         upper = torch.ones(d, dtype=_DT)
@@ -416,7 +479,10 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
         if self.stencil is not None:  # difference points x ± δ e_i or x + δ e_i (box units), continuous features
             cont = [p for p in range(d) if p not in cat_pos]
             U_st = stencil_rows(self.stencil, self.stencil_kind, d, cont, dtype=_DT)
-            X_init = np.vstack([self._to_user(U_st, x, scale), X_init])
+            X_st = self._to_user(U_st, x, scale)
+            # a finite difference moves one continuous feature: the categories stay x's own (seen or not)
+            X_st[:, self.categorical_features] = x[self.categorical_features]
+            X_init = np.vstack([X_st, X_init])
         y_all = self.black_box(np.vstack([x[None, :], X_init]))
         X_all = self.black_box.last_input  # the rows as the black box received them (e.g. rounded to float32)
 
@@ -430,11 +496,10 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
 
             bar = tqdm(total=self.budget, initial=len(y_all), desc="black-box calls")
         while True:
-            ym, ys = float(y_all.mean()), float(y_all.std())
-            ys = ys if ys > 1e-12 * abs(ym) else 1.0  # relative, so that outputs ~1e-15 are not taken as constant
+            ym, ys, z = _standardise(y_all)
             model = make_surrogate(
                 self._to_u(X_all, x, scale),
-                torch.as_tensor((y_all - ym) / ys, dtype=_DT),
+                torch.as_tensor(z, dtype=_DT),
                 state,
                 prior_scale=self.lengthscale_prior_scale,
             )

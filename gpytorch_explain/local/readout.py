@@ -9,6 +9,7 @@ refit or the acquisition surrogate's lengthscales), the fidelity, and the assemb
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -138,6 +139,9 @@ class _ReadoutMixin:
         lo, hi = x - self.interval * self.sigma, x + self.interval * self.sigma
         if baseline is None:
             b = np.clip(self.training_data.mean(0), lo, hi)
+            for c in self.categorical_features:  # a category the data takes, not the mean of its codes
+                values, counts = np.unique(self.training_data[:, c], return_counts=True)
+                b[c] = values[np.argmax(counts)]
         else:
             b = self._check_x(baseline, "baseline").copy()
         b[np.setdiff1d(np.arange(D), act)] = x[np.setdiff1d(np.arange(D), act)]
@@ -184,6 +188,6 @@ class _ReadoutMixin:
             lengthscales=lengthscales,
             stopped_early=stopped,
             warnings=messages,
-            codec=self.codec,
+            codec=copy.deepcopy(self.codec),  # later explanations may register more unseen categories
             _predict=predict,
         )

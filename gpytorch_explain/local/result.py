@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .tabular import is_frame
+from .tabular import is_frame, is_series
 
 __all__ = ["LocalExplanation"]
 
@@ -67,9 +67,22 @@ class LocalExplanation:
         """The surrogate's posterior mean and std (latent) at ``X`` (``(m, D)``, user units, or a DataFrame)."""
         if self._predict is None:
             raise RuntimeError("This explanation carries no surrogate.")
+        if self.codec is not None and is_series(X):  # one row, as explain() takes it
+            X = X.to_frame().T
         if self.codec is not None and is_frame(X):
             X = self.codec.encode(X)
-        return self._predict(np.atleast_2d(np.asarray(X, dtype=np.float64)))
+        elif is_frame(X) or is_series(X):
+            X = X.to_numpy()
+        X = X.detach().cpu().numpy() if torch.is_tensor(X) else X
+        try:
+            X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"X must be numeric rows ({err}).") from err
+        if X.ndim != 2 or X.shape[1] != self.x.size:
+            raise ValueError(f"X must be (m, {self.x.size}) or one row ({self.x.size},), got shape {X.shape}.")
+        if not np.isfinite(X).all():
+            raise ValueError(f"X contains NaN or infinite values (in {int((~np.isfinite(X).all(1)).sum())} row(s)).")
+        return self._predict(X)
 
     def samples_frame(self):
         """The sampled rows as the black box received them: a DataFrame (needs ``training_data`` as a DataFrame)."""
@@ -88,9 +101,12 @@ class LocalExplanation:
             import pandas as pd
         except ImportError as err:  # pragma: no cover - depends on the environment
             raise ImportError("to_frame() needs pandas: pip install pandas") from err
-        value = list(self.x)
+        value, baseline = list(self.x), list(self.baseline)
         if self.codec is not None:
             value = [self.codec.value_text(j, v) if j in self.codec.levels else v for j, v in enumerate(self.x)]
+            baseline = [
+                self.codec.value_text(j, v) if j in self.codec.levels else v for j, v in enumerate(self.baseline)
+            ]
         return pd.DataFrame(
             {
                 "value": value,
@@ -99,7 +115,7 @@ class LocalExplanation:
                 "gradient_std": self.gradient_std,
                 "integrated_gradients": self.integrated_gradients,
                 "integrated_gradients_std": self.integrated_gradients_std,
-                "baseline": self.baseline,
+                "baseline": baseline,
                 "lengthscale": self.lengthscales,
             },
             index=pd.Index(self.feature_names, name="feature"),
@@ -110,11 +126,18 @@ class LocalExplanation:
             return self.codec.value_text(j, self.x[j])[:10]
         return f"{self.x[j]:.4g}"
 
+    def _top(self, top_k: int | None) -> np.ndarray:
+        """Feature positions by decreasing relevance, the first ``top_k`` (all for ``None``)."""
+        order = np.argsort(-self.relevance, kind="stable")
+        if top_k is None:
+            return order
+        if isinstance(top_k, (bool, np.bool_)) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+            raise ValueError(f"top_k must be None or a positive integer, got {top_k!r}.")
+        return order[:top_k]
+
     def summary(self, top_k: int | None = None) -> str:
         """A text table of the features ordered by relevance (± is 1 posterior std, latent)."""
-        order = np.argsort(-self.relevance, kind="stable")
-        if top_k is not None:
-            order = order[:top_k]
+        order = self._top(top_k)
         width = max([len(n) for n in self.feature_names] + [7])
         lines = [
             f"Local GP explanation ({self.acquisition}, {len(self.y_samples)} black-box calls, "
@@ -143,10 +166,7 @@ class LocalExplanation:
             import matplotlib.pyplot as plt
         except ImportError as err:  # pragma: no cover - depends on the environment
             raise ImportError("Plotting needs matplotlib: pip install matplotlib") from err
-        order = np.argsort(-self.relevance, kind="stable")
-        if top_k is not None:
-            order = order[:top_k]
-        order = order[::-1]
+        order = self._top(top_k)[::-1]
         names = [self.feature_names[j] for j in order]
         if axes is None:
             _, axes = plt.subplots(1, 3, figsize=(13, 0.3 * len(order) + 1.6), sharey=True)

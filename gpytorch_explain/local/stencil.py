@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -81,6 +82,8 @@ def choose_stencil(
         return None, stencil_kind, why
     if stencil is None:
         return None, stencil_kind, None
+    if isinstance(stencil, (bool, np.bool_)) or not isinstance(stencil, numbers.Real):
+        raise TypeError(f"stencil must be 'auto', None or a half-width in (0, 1], got {stencil!r}.")
     stencil = float(stencil)
     if not (0.0 < stencil <= 1.0):
         raise ValueError(f"stencil must be 'auto', None or a half-width in (0, 1] box half-widths, got {stencil}.")

@@ -58,6 +58,13 @@ def _is_plain_numeric(dtype: Any) -> bool:
     return bool(pd.api.types.is_numeric_dtype(dtype)) and not pd.api.types.is_bool_dtype(dtype)
 
 
+def _is_time(dtype: Any) -> bool:
+    """A datetime or timedelta column dtype."""
+    import pandas as pd
+
+    return bool(pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype))
+
+
 def _sorted_levels(values: np.ndarray) -> np.ndarray:
     """The distinct values, sorted (by their text where they do not compare, e.g. mixed types)."""
     distinct = list(dict.fromkeys(values.tolist()))
@@ -96,6 +103,11 @@ class FrameCodec:
         for j, (name, dtype) in enumerate(zip(self.columns, self.dtypes, strict=True)):
             if _is_plain_numeric(dtype):
                 continue
+            if _is_time(dtype) and j not in cats:
+                raise TypeError(
+                    f"training_data column {name!r} holds {dtype} values, which the explainer cannot perturb; convert "
+                    "it to numbers (e.g. days since a date) or list it in categorical_features."
+                )
             column = frame.iloc[:, j]
             if column.isna().any():
                 raise ValueError(
@@ -111,6 +123,22 @@ class FrameCodec:
         self.categorical = sorted(cats)
         self.num_seen = {j: levels.size for j, levels in self.levels.items()}
         self._index = {j: {v: k for k, v in enumerate(levels.tolist())} for j, levels in self.levels.items()}
+
+    def check_integers(self, row: np.ndarray, name: str = "x") -> np.ndarray:
+        """``row`` (coordinates), after checking that its integer-dtype categorical columns hold whole numbers.
+
+        The black box receives those columns rounded to integers, so a non-integer value would be explained at a
+        row it never received.
+        """
+        import pandas as pd
+
+        for j in self.categorical:
+            if j not in self.levels and pd.api.types.is_integer_dtype(self.dtypes[j]) and row[j] != np.rint(row[j]):
+                raise ValueError(
+                    f"{name}'s value {row[j]:g} for the integer categorical column {self.columns[j]!r} is not a whole "
+                    "number; the black box receives the column as integers."
+                )
+        return row
 
     @property
     def encoded(self) -> bool:
@@ -222,6 +250,8 @@ def as_training_array(
         default_names = [str(c) for c in codec.columns]
     else:
         data = training_data.detach().cpu().numpy() if torch.is_tensor(training_data) else training_data
+        if np.iscomplexobj(data):
+            raise ValueError("training_data has complex values; the explainer needs real numbers.")
         try:
             data = np.asarray(data, dtype=np.float64)
         except (TypeError, ValueError) as err:
@@ -237,10 +267,16 @@ def as_training_array(
         raise ValueError(f"training_data must be (N, D) with N >= 2, got shape {data.shape}.")
     if not np.isfinite(data).all():
         bad = sorted({int(j) for j in np.nonzero(~np.isfinite(data))[1]})
-        raise ValueError(f"training_data contains NaN or infinite values (in feature(s) {bad[:10]}).")
+        shown = [codec.columns[j] for j in bad] if codec is not None else bad
+        raise ValueError(f"training_data contains NaN or infinite values (in feature(s) {shown[:10]}).")
+    if feature_names is not None and (isinstance(feature_names, (str, bytes)) or not hasattr(feature_names, "__len__")):
+        raise TypeError(f"feature_names must be a sequence of names, got {feature_names!r}.")
     names = default_names if feature_names is None else [str(n) for n in feature_names]
     if len(names) != data.shape[1]:
         raise ValueError(f"{len(names)} feature names for D = {data.shape[1]} features.")
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"feature_names has duplicates: {dup[:10]}.")
     return data, sorted(cats), names, codec
 
 
@@ -248,8 +284,17 @@ def as_instance(x: Any, D: int, codec: FrameCodec | None, name: str = "x") -> np
     """One instance as a ``(D,)`` float64 array: numpy, list, tensor, ``(1, D)``, or a pandas Series / 1-row frame."""
     if codec is not None and (is_frame(x) or is_series(x)):
         if is_series(x):
-            if set(x.index) >= set(codec.columns):
+            labels = list(x.index)
+            if set(labels) >= set(codec.columns):
                 x = x[codec.columns]
+            elif labels != list(range(len(labels))):  # labelled, not positional: read by label or not at all
+                missing = [c for c in codec.columns if c not in set(labels)]
+                unknown = [c for c in labels if c not in set(codec.columns)]
+                raise ValueError(
+                    f"{name} (a Series) lacks the training data's column(s) {missing[:10]}"
+                    + (f" and has unknown label(s) {unknown[:10]}" if unknown else "")
+                    + "; its values are matched to columns by label."
+                )
             elif len(x) != D:
                 raise ValueError(f"{name} (a Series) must have the training data's {D} columns, got {len(x)}.")
             import pandas as pd
@@ -257,7 +302,7 @@ def as_instance(x: Any, D: int, codec: FrameCodec | None, name: str = "x") -> np
             x = pd.DataFrame([x.to_numpy(dtype=object)], columns=pd.Index(codec.columns))
         if len(x) != 1:
             raise ValueError(f"{name} must be one instance (a 1-row DataFrame), got {len(x)} rows.")
-        return codec.encode(x, register=True)[0]
+        return codec.check_integers(codec.encode(x, register=True)[0], name)
     if codec is not None and codec.encoded and not torch.is_tensor(x):
         row = np.asarray(x, dtype=object)
         if row.ndim == 2 and row.shape[0] == 1:
@@ -266,10 +311,13 @@ def as_instance(x: Any, D: int, codec: FrameCodec | None, name: str = "x") -> np
             raise ValueError(f"{name} must be one instance of shape ({D},), got {row.shape}.")
         import pandas as pd
 
-        return codec.encode(pd.DataFrame([row], columns=pd.Index(codec.columns)), register=True)[0]
+        frame = pd.DataFrame([row], columns=pd.Index(codec.columns))
+        return codec.check_integers(codec.encode(frame, register=True)[0], name)
     if is_frame(x) or is_series(x):
         x = x.to_numpy()
     x = x.detach().cpu().numpy() if torch.is_tensor(x) else x
+    if np.iscomplexobj(x):
+        raise ValueError(f"{name} has complex values; the explainer needs real numbers.")
     try:
         x = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as err:
@@ -278,4 +326,4 @@ def as_instance(x: Any, D: int, codec: FrameCodec | None, name: str = "x") -> np
         x = x[0]
     if x.shape != (D,):
         raise ValueError(f"{name} must be one instance of shape ({D},), got {x.shape}.")
-    return x
+    return x if codec is None else codec.check_integers(x, name)

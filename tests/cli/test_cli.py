@@ -455,6 +455,51 @@ def test_local_errors(tmp_path, capsys):
     assert_error(capsys, [*base, "--row", "0", "--target", "label", "--budget", "2"], "budget = 2")
 
 
+def test_local_errors_raised_while_explaining(tmp_path, capsys):
+    """Errors met inside the explanation (the model's output, a bad seed, a clusterer) are one-line errors too,
+    and an unwritable --out stops the command before it explains anything."""
+    joblib = pytest.importorskip("joblib")
+    linear_model = pytest.importorskip("sklearn.linear_model")
+    cluster = pytest.importorskip("sklearn.cluster")
+    X = np.random.default_rng(4).normal(size=(20, 3))
+    write_csv(tmp_path / "d.csv", FEATURES, [list(X[i]) for i in range(20)])
+    nan_model = linear_model.LinearRegression().fit(X, X[:, 0])
+    nan_model.coef_ = np.full(3, np.nan)
+    joblib.dump(nan_model, tmp_path / "nan.joblib")
+    joblib.dump(linear_model.LinearRegression().fit(X, np.c_[X[:, 0], X[:, 1]]), tmp_path / "two.joblib")
+    joblib.dump(linear_model.LinearRegression().fit(X, X[:, 0]), tmp_path / "m.joblib")
+    joblib.dump(cluster.KMeans(2, n_init=2, random_state=0).fit(X), tmp_path / "km.joblib")
+
+    def local(model, *extra):
+        return ["local", "--sklearn", str(tmp_path / model), str(tmp_path / "d.csv"), "--row", "0", "--budget", "12",
+                "--quiet", *extra]  # fmt: skip
+
+    assert_error(capsys, local("nan.joblib"), "explaining row 0", "NaN or infinite")
+    assert_error(capsys, local("two.joblib"), "explaining row 0", "multi-output regressor")
+    assert_error(capsys, local("m.joblib", "--seed", "-1"), "seed must be None or an integer")
+    assert_error(capsys, local("km.joblib"), "needs a regressor, got a clusterer")
+    assert_error(capsys, local("m.joblib", "--out", str(tmp_path / "no" / "o.csv")), "folder", "does not exist")
+
+
+def test_local_warns_when_mean_filling_the_explained_row(tmp_path, capsys):
+    joblib = pytest.importorskip("joblib")
+    linear_model = pytest.importorskip("sklearn.linear_model")
+    X = np.random.default_rng(5).normal(size=(20, 3))
+    joblib.dump(linear_model.LinearRegression().fit(X, X @ [1.0, 2.0, 3.0]), tmp_path / "m.joblib")
+    rows = [list(X[i]) for i in range(20)]
+    rows[3][0] = "nan"
+    write_csv(tmp_path / "d.csv", FEATURES, rows)
+    fill = np.delete(X[:, 0], 3).mean()
+    base = ["local", "--sklearn", str(tmp_path / "m.joblib"), str(tmp_path / "d.csv"), "--budget", "12", "--quiet",
+            "--nan", "mean"]  # fmt: skip
+    code, _, err = cli(capsys, *base, "--row", "3")
+    assert code == 0, err
+    note = f"row 3 itself has missing values; --nan mean filled them with column means ({FEATURES[0]} = {fill:.6g})"
+    assert note in err
+    code, _, err = cli(capsys, *base, "--row", "4")  # a complete row: nothing to say
+    assert code == 0 and "itself has missing values" not in err, err
+
+
 def test_missing_matplotlib_is_a_clear_error(files, gpx_file, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     assert_error(capsys, ["explain", str(gpx_file), str(files / "rows.csv"), "--out", str(tmp_path / "o.csv"),

@@ -122,12 +122,15 @@ def test_unseen_category_in_x_is_evaluated_and_warned(frame):
     EFFECT["marseille"] = 0.0
     try:
         with pytest.warns(UserWarning, match="'marseille'.*never takes.*'lyon', 'nice', 'paris'"):
-            res = LocalGPExplainer(rec, frame, budget=16, seed=0).explain(x)
+            ex = LocalGPExplainer(rec, frame, budget=16, seed=0)
+            res = ex.explain(x)
     finally:
         del EFFECT["marseille"]
     received = pd.concat(rec.frames, ignore_index=True)
-    assert received["city"].iloc[0] == "marseille"
-    assert set(received["city"].iloc[1:]) <= set(CITIES)
+    n_cont = sum(1 for j in ex.active if j not in ex.categorical_features)
+    k = 1 + n_cont * {"central": 2, "forward": 1}[ex.stencil_kind] if ex.stencil is not None else 1
+    assert (received["city"].iloc[:k] == "marseille").all()  # x and its stencil rows (one continuous step each)
+    assert set(received["city"].iloc[k:]) <= set(CITIES)
     assert len(res.y_samples) == 16
 
 
@@ -193,3 +196,53 @@ def test_bad_tabular_input(frame):
         LocalGPExplainer(lambda Z: Z[:, 0], np.random.RandomState(0).randn(30, 2), budget=12, seed=0).explain(
             np.zeros(2)
         ).samples_frame()
+
+
+def test_a_series_is_read_by_label_never_by_position(frame):
+    ex = LocalGPExplainer(frame_model, frame, budget=12, seed=0)
+    row = frame.iloc[3]
+    shuffled = row[["city", "age", "tier", "member", "rooms"]]  # same labels, another order: read by label
+    np.testing.assert_array_equal(ex._check_x(shuffled), ex._check_x(row))
+    renamed = row.rename({"rooms": "Rooms"})  # one label wrong: an error naming both, not a positional read
+    match = r"lacks the training data's column\(s\) \['rooms'\].*unknown label\(s\) \['Rooms'\]"
+    with pytest.raises(ValueError, match=match):
+        ex._check_x(renamed)
+    positional = pd.Series(row.to_numpy(dtype=object))  # a RangeIndex: positions are all it has
+    np.testing.assert_array_equal(ex._check_x(positional), ex._check_x(row))
+
+
+def test_an_integer_categorical_column_needs_whole_numbers(frame):
+    ex = LocalGPExplainer(frame_model, frame, categorical_features=["rooms"], budget=12, seed=0)
+    x = frame.iloc[0].copy()
+    x["rooms"] = 1.6  # the black box would receive 2 (its integer dtype) while x_samples said 1.6
+    with pytest.raises(ValueError, match="value 1.6 for the integer categorical column 'rooms' is not a whole number"):
+        ex.explain(x)
+
+
+def test_time_columns_and_named_missing_values():
+    df = pd.DataFrame({"a": np.arange(5.0), "when": pd.date_range("2026-01-01", periods=5)})
+    with pytest.raises(TypeError, match="column 'when' holds datetime64.*convert it to numbers"):
+        LocalGPExplainer(lambda d: d["a"].to_numpy(), df)
+    df = pd.DataFrame({"a": np.arange(5.0), "b": np.array([1.0, np.nan, 3.0, 4.0, 5.0])})
+    with pytest.raises(ValueError, match=r"NaN or infinite values \(in feature\(s\) \['b'\]\)"):
+        LocalGPExplainer(lambda d: d["a"].to_numpy(), df)
+
+
+def test_results_keep_their_own_categories(frame):
+    ex = LocalGPExplainer(frame_model, frame, budget=12, seed=0)
+    first = ex.explain(frame.iloc[0])
+    x = frame.iloc[1].copy()
+    x["city"] = "marseille"
+    EFFECT["marseille"] = 0.0
+    try:
+        with pytest.warns(UserWarning, match="never takes"):
+            ex.explain(x)
+    finally:
+        del EFFECT["marseille"]
+    assert "marseille" not in list(first.codec.levels[2])  # an earlier result does not learn later categories
+    with pytest.raises(ValueError, match="'marseille', which training_data never takes"):
+        first.predict(x.to_frame().T)
+    mean, _ = first.predict(frame.iloc[2])  # a row Series, as explain() takes it
+    assert mean.shape == (1,)
+    table = first.to_frame()
+    assert table.loc["city", "baseline"] in CITIES  # a category, not a code
