@@ -444,13 +444,16 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
         act = self.active
         d = act.size
         scale = self.interval * self.sigma[act]
-        coarse = np.flatnonzero(scale < 1e-8 * np.abs(x[act]))
+        dtype = self.black_box._torch_spec()[0] if self.black_box.input_type == "torch" else torch.float64
+        eps = torch.finfo(dtype).eps
+        coarse = np.flatnonzero(scale < 10 * eps * np.abs(x[act]))  # the whole box spans < ~20 representable steps
         if coarse.size:
             j = int(act[coarse[0]])
             raise ValueError(
-                f"the box half-width interval × std is below float64's resolution at x for feature(s) "
-                f"{[self.feature_names[int(act[k])] for k in coarse[:10]]} (e.g. {scale[coarse[0]]:.3g} at "
-                f"x = {x[j]:.6g}); use a larger interval."
+                f"the box half-width interval × std is below the resolution of the black box's {dtype} inputs at x "
+                f"for feature(s) {[self.feature_names[int(act[k])] for k in coarse[:10]]} (e.g. "
+                f"{scale[coarse[0]]:.3g} at x = {x[j]:.6g}, where one step of {dtype} is {eps * abs(x[j]):.3g}); "
+                "use a larger interval or centre the data."
             )
         cat_pos = {int(np.flatnonzero(act == c)[0]): c for c in self.categorical_features if c in act}
         lower = -torch.ones(d, dtype=_DT)

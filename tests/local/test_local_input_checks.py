@@ -83,7 +83,7 @@ def test_complex_data_and_instances_are_errors(data):
 def test_a_box_below_float64_resolution_is_an_error(data):
     bb = Counting()
     ex = LocalGPExplainer(bb, data, interval=1e-300, budget=12)
-    with pytest.raises(ValueError, match="below float64's resolution at x"):
+    with pytest.raises(ValueError, match=r"below the resolution of the black box's torch\.float64 inputs at x"):
         ex.explain(data[0])
     assert bb.rows == 0
 
@@ -185,3 +185,18 @@ def test_classifier_helper_takes_a_label_or_an_index():
         from_sklearn_classifier(clf, "maybe")
     with pytest.raises(TypeError, match="class_index must be"):
         from_sklearn_classifier(clf, 1.7)
+
+
+def test_a_narrow_box_far_from_zero_is_fine_in_float64():
+    """Data around 1e5 with std 1e-4: the box spans ~1e7 float64 steps, so it is explained (not refused)."""
+    X = 1e5 + 1e-4 * np.random.RandomState(0).randn(300, 3)
+    res = LocalGPExplainer(lambda Z: ((Z - 1e5) / 1e-4) @ A, X, budget=14, seed=0).explain(X[0])
+    np.testing.assert_allclose(res.gradient_mean * 1e-4, A, atol=3 * (res.gradient_std * 1e-4).max() + 1e-6)
+
+
+def test_a_box_below_float32_resolution_names_float32():
+    torch = pytest.importorskip("torch")
+    module = torch.nn.Linear(3, 1).float()
+    X = 1e5 + 1e-4 * np.random.RandomState(0).randn(300, 3)  # 1e-4 is below float32's step at 1e5 (0.0078)
+    with pytest.raises(ValueError, match=r"resolution of the black box's torch\.float32 inputs"):
+        LocalGPExplainer(module, X, budget=14).explain(X[0])  # a float32 module gets float32 rows
