@@ -201,6 +201,18 @@ class _ReadoutMixin:
                 b[c] = values[np.argmax(counts)]
         else:
             b = self._check_x(baseline, "baseline").copy()
+            cont = [j for j in act if j not in self.categorical_features]
+            tol = 1e-9 * (np.abs(x) + self.sigma)
+            outside = [j for j in cont if b[j] < lo[j] - tol[j] or b[j] > hi[j] + tol[j]]
+            if outside:
+                far = max(abs(b[j] - x[j]) / (self.interval * self.sigma[j]) for j in outside)
+                messages.append(
+                    f"baseline: outside the sampled box x ± {self.interval:g}σ for {len(outside)} feature(s) "
+                    f"({', '.join(self.feature_names[j] for j in outside[:5])}{', ...' if len(outside) > 5 else ''}; "
+                    f"up to {far:.3g} box half-widths from x), so the integrated gradients extrapolate the surrogate "
+                    "beyond its samples and their stds can be far too small; use a baseline inside the box or a "
+                    "larger interval."
+                )
         b[np.setdiff1d(np.arange(D), act)] = x[np.setdiff1d(np.arange(D), act)]
         ig = PosteriorIntegratedGradients(amodel, baseline=self._to_u(b[None, :], x, scale)[0])(u0)
         ig_mean = np.zeros(D)

@@ -200,3 +200,13 @@ def test_a_box_below_float32_resolution_names_float32():
     X = 1e5 + 1e-4 * np.random.RandomState(0).randn(300, 3)  # 1e-4 is below float32's step at 1e5 (0.0078)
     with pytest.raises(ValueError, match=r"resolution of the black box's torch\.float32 inputs"):
         LocalGPExplainer(module, X, budget=14).explain(X[0])  # a float32 module gets float32 rows
+
+
+def test_a_baseline_outside_the_box_is_warned(data):
+    ex = LocalGPExplainer(f, data, budget=12, seed=0)
+    x = data[0]
+    inside = ex.explain(x, baseline=x - 0.5 * data.std(0))
+    assert not any(m.startswith("baseline:") for m in inside.warnings)
+    outside = ex.explain(x, baseline=x - 3 * data.std(0) * np.array([1, 0, 0]))
+    (message,) = [m for m in outside.warnings if m.startswith("baseline:")]
+    assert "outside the sampled box x ± 1σ for 1 feature(s) (x0; up to 3 box half-widths" in message
