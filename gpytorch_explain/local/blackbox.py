@@ -93,7 +93,7 @@ def _sklearn_kind(model: Any) -> str | None:
 
 
 def from_sklearn_classifier(
-    model: Any, class_index: int = 1, output: str = "probability"
+    model: Any, class_index: Any = 1, output: str = "probability"
 ) -> Callable[[np.ndarray], np.ndarray]:
     r"""A black box for a fitted scikit-learn classifier: ``model.predict_proba(X)[:, class_index]`` or its logit.
 
@@ -102,7 +102,8 @@ def from_sklearn_classifier(
     in much of the sampling box): the probability is then nearly constant there, a surrogate of it has little
     to fit, while the logit keeps varying (for a binary logistic regression it is exactly
     ``decision_function``). A model fitted on a DataFrame gets arrays as DataFrames with its
-    ``feature_names_in_``.
+    ``feature_names_in_``. ``class_index`` is a column of ``predict_proba`` or one of ``model.classes_`` (e.g.
+    ``"malignant"``).
 
     Example:
         >>> import numpy as np
