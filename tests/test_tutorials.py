@@ -58,6 +58,10 @@ def _check_scale(out: str) -> None:
 def _check_local(out: str) -> None:
     assert "with 20 black-box calls" in out
     assert "± 1 std" in out and "LOO R²" in out
+    # the tree-ensemble part scores both settings over 3 seeds (values in [0, 0.5])
+    for label in ("defaults", "tree setting"):
+        assert 0.0 <= _number(label + r" +inconsistency of the relevance over 3 seeds: (\S+),", out) <= 0.5
+        assert 0.0 <= _number(label + r" +inconsistency .*, of the gradient: (\S+)", out) <= 0.5
     # the DataFrame part: the text column is printed as text, and the pipeline received DataFrames
     assert re.search(r"^sex +(male|female) ", out, flags=re.M), out
     assert "[3 rows x 10 columns]" in out

@@ -196,7 +196,7 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
         standardised output's variance, e.g. ``1e-6`` to force interpolation. Before 2026-11-28 the default was
         BoTorch's noise prior (LogNormal(-4, 1), floor 1e-4), which averaged a weak interaction that oscillates
         across the box away as noise: the gradient's std shrank like noise / sqrt(n) while its mean missed that
-        part, tens of stds off (docs/local.md). Needs ``linear_trend=True``.
+        part, tens of stds off (docs/local_notes.md). Needs ``linear_trend=True``.
     :param relevance_prior: how the lengthscales behind ``relevance`` are estimated, on the final samples.
         ``"saas"`` (default): a separate ARD-RBF fit with the SAAS shrinkage prior
         (``gpytorch_explain.local.surrogate.make_relevance_surrogate``), under which a feature without a detectable

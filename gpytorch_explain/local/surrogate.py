@@ -60,8 +60,8 @@ DEFAULT_PRIOR_SCALE = 1.0
 #: log-normal prior ``(loc, scale)`` of :math:`\log\sigma_n^2`. A black box is deterministic, so its "noise" is only
 #: the part the kernel cannot resolve: ~0 on a smooth model, large on a tree ensemble's steps. BoTorch's default
 #: (LogNormal(-4, 1), floor 1e-4) puts the noise std near 10 % of the output's and made the surrogate average a
-#: weak interaction away as noise (confident gradient misses, docs/local.md); this prior (median 1.2e-4, 95 % in
-#: [3e-7, 0.04]) lets the data choose between interpolation and smoothing.
+#: weak interaction away as noise (confident gradient misses, docs/local_notes.md); this prior (median 1.2e-4,
+#: 95 % in [3e-7, 0.04]) lets the data choose between interpolation and smoothing.
 TREND_NOISE_FLOOR = 1e-6
 TREND_NOISE_PRIOR = (-9.0, 3.0)
 
@@ -184,7 +184,7 @@ def fit_trend_surrogate(
     trend surrogate does too (kernel variances near 0, leave-one-out :math:`R^2` ≈ 0). Its gradient at the instance
     is then ≈ 0 with a std that only the stencil check widens, while the stencil's own finite differences show
     slopes of order one (breast cancer / SVC, explained through the logit, 50 calls: 2 of 20 explanations on 5
-    instances x 4 seeds). The second start found the better mode in 13 of those 20 fits (docs/local.md).
+    instances x 4 seeds). The second start found the better mode in 13 of those 20 fits (docs/local_notes.md).
 
     Example:
         >>> import torch
