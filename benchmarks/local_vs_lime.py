@@ -225,6 +225,10 @@ def run(args, store: dict, path: str = STORE) -> None:
         setting_base["raw_samples"] = args.raw_samples
     if args.output == "logit":
         setting_base["output"] = "logit"
+    if args.link != "identity":
+        setting_base["link"] = args.link
+    if args.attribution_noise is not None:
+        setting_base["attribution_noise"] = args.attribution_noise
     if args.stencil != "auto":
         setting_base["stencil"] = None if args.stencil == "none" else float(args.stencil)
     tasks = []
@@ -275,6 +279,8 @@ _ABBREV = {
     "linear_trend=True": "trend",
     "linear_trend=False": "no-trend",
     "output=": "",
+    "link=logit": "logit-link",
+    "attribution_noise=": "an=",
     "num_restarts=": "nr=",
     "raw_samples=": "rs=",
     "repeats=True": "repeats",
@@ -489,6 +495,19 @@ def main(argv=None) -> None:
         choices=["probability", "logit"],
         default="probability",
         help="classification: what the GP explains (LIME and KernelSHAP always explain the probability)",
+    )
+    p.add_argument(
+        "--link",
+        choices=["identity", "logit"],
+        default="identity",
+        help="LocalGPExplainer(link=...): 'logit' models the logit of the probability and reports the probability's "
+        "scores (LIME and KernelSHAP explain the probability too)",
+    )
+    p.add_argument(
+        "--attribution-noise",
+        type=float,
+        default=None,
+        help="LocalGPExplainer(attribution_noise=...), e.g. 1e-6 to interpolate (default: learned)",
     )
     p.add_argument("--lime-large", type=int, default=5000)
     p.add_argument("--shap-samples", type=int, default=2048)

@@ -65,6 +65,8 @@ def _check_local(out: str) -> None:
     # the DataFrame part: the text column is printed as text, and the pipeline received DataFrames
     assert re.search(r"^sex +(male|female) ", out, flags=re.M), out
     assert "[3 rows x 10 columns]" in out
+    # the classifier part: link="logit" puts predict_proba's finite-difference gradient inside its intervals
+    assert _number(r"finite-difference gradient inside two stds for (\d+) of 10 features", out) >= 8
 
 
 def _check_metrics(out: str) -> None:

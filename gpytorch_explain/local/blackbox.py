@@ -101,7 +101,9 @@ def from_sklearn_classifier(
     :math:`[10^{-12}, 1 - 10^{-12}]`). Use it where the probability saturates near the instance (``p`` ≈ 0 or 1
     in much of the sampling box): the probability is then nearly constant there, a surrogate of it has little
     to fit, while the logit keeps varying (for a binary logistic regression it is exactly
-    ``decision_function``). A model fitted on a DataFrame gets arrays as DataFrames with its
+    ``decision_function``). The explanation is then of the logit, in log-odds units; to explain the probability
+    itself with surrogates of its logit, keep ``output="probability"`` and pass ``link="logit"`` to
+    :class:`~gpytorch_explain.local.LocalGPExplainer`. A model fitted on a DataFrame gets arrays as DataFrames with its
     ``feature_names_in_``. ``class_index`` is a column of ``predict_proba`` or one of ``model.classes_`` (e.g.
     ``"malignant"``).
 

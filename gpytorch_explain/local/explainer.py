@@ -51,6 +51,7 @@ from botorch.utils.sampling import draw_sobol_samples
 
 from .acquisition import ACQUISITIONS
 from .blackbox import BlackBox
+from .link import check_link, to_link_scale
 from .proposals import _MAX_ENUMERATED_COMBOS, _RANDOM_COMBOS, _ProposalMixin
 from .readout import _ReadoutMixin, _relevance_of
 from .result import LocalExplanation, _to_numpy
@@ -148,7 +149,9 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
         initial design, nor 100 calls instead of 50, nor more optimiser restarts reduced it consistently.
         Check ``fidelity``: with 30 features and 50 calls (breast cancer / SVC) this setting's surrogate did
         not fit (LOO R² ≈ 0, for the logit of the probability too); ``interval=1.0,
-        lengthscale_prior_scale=1.0`` fitted there (LOO R² ≈ 0.7) but was no more stable than LIME.
+        lengthscale_prior_scale=1.0`` fitted there (LOO R² ≈ 0.7) but was no more stable than LIME; the defaults with
+        ``link="logit", attribution_noise=1e-6`` fit it (LOO R² 0.96) and gave a gradient 0.32x as inconsistent as
+        LIME at 50 samples (see ``link``).
     :param budget: total number of black-box rows, ``x`` included (an int or numpy integer, as are ``q`` and
         ``n_initial``).
     :param categorical_features: indices of categorical features (values taken from ``training_data``), or column
@@ -236,6 +239,18 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
         differences :math:`(f(\mathbf x + h\mathbf e_i) - f(\mathbf x))/h`, exact up to :math:`O(h f'')`.
         ``"auto"``: central when it fits (see ``stencil``), else forward. ``self.stencil_kind`` holds the design
         used.
+    :param link: the output scale of the surrogates. ``"identity"`` (default): the black box's outputs.
+        ``"logit"``: for a black box returning probabilities (a classifier's ``predict_proba[:, k]``), the surrogates
+        model :math:`\operatorname{logit} p`, where a smooth classifier stays smooth while :math:`p` saturates; the
+        gradient (exactly, :math:`\partial p/\partial x_i = p(1-p)\,\partial\operatorname{logit}p/\partial x_i`
+        with :math:`p(\mathbf x)` observed), the integrated gradients (mean by quadrature, std by Monte Carlo) and
+        :meth:`~gpytorch_explain.local.LocalExplanation.predict` are returned on the probability scale;
+        ``relevance`` and ``fidelity`` are those of the logit's surrogate (``gpytorch_explain.local.link``). With
+        ``attribution_noise=1e-6`` it is the recommended setting for smooth classifiers: on breast cancer / SVC
+        (30 features, 50 calls, 20 instances x 10 seeds) the gradient's inconsistency was 0.055 against 0.141
+        with the defaults and 0.173 for continuous LIME at 50 samples, LOO R² 0.958 against 0.897
+        (``benchmarks/results/local_vs_lime.txt``). Not for tree ensembles, whose probabilities are step
+        functions with exact 0s and 1s.
     :param input_type: what ``predict_fn`` receives: ``"auto"`` (tensors for a ``torch.nn.Module``, DataFrames when
         ``training_data`` is one, numpy arrays otherwise), ``"numpy"``, ``"torch"`` or ``"pandas"``.
     :param num_threads: torch threads during :meth:`explain` (restored afterwards). The surrogate's matrices
@@ -284,6 +299,7 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
         relevance_prior: str = "saas",
         stencil: float | str | None = "auto",
         stencil_kind: str = "auto",
+        link: str = "identity",
     ):
         data, cats, names, self.codec = as_training_array(training_data, categorical_features, feature_names)
         self.training_data = data
@@ -375,6 +391,7 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
         self.final_maxiter = _as_count("final_maxiter", final_maxiter)
         self.num_threads = None if num_threads is None else _as_count("num_threads", num_threads)
         self.progress = _as_bool("progress", progress)
+        self.link = check_link(link)
 
     # ------------------------------------------------------------------ coordinates
     def _check_x(self, x, name: str = "x") -> np.ndarray:
@@ -499,7 +516,8 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
 
             bar = tqdm(total=self.budget, initial=len(y_all), desc="black-box calls")
         while True:
-            ym, ys, z = _standardise(y_all)
+            g_all, _ = to_link_scale(self.link, y_all)  # the surrogates' scale (see ``link``)
+            ym, ys, z = _standardise(g_all)
             model = make_surrogate(
                 self._to_u(X_all, x, scale),
                 torch.as_tensor(z, dtype=_DT),
@@ -523,12 +541,12 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
             state = model.state_dict()
             if n >= self.budget:
                 break
-            if self.gradient_tol is not None and self._gradient_ok(model, u0, ys, scale, y_all):
+            if self.gradient_tol is not None and self._gradient_ok(model, u0, ys, scale, g_all, y_all[0]):
                 if n_fit != n:  # the rule holds with the old hyperparameters: refit on all samples, check again
                     messages += _tagged("acquisition surrogate", model, maxiter=self.refit_maxiter, final=False)
                     n_fit = n
                     state = model.state_dict()
-                if self._gradient_ok(model, u0, ys, scale, y_all):
+                if self._gradient_ok(model, u0, ys, scale, g_all, y_all[0]):
                     messages += _tagged(  # the result's fit, to convergence
                         "acquisition surrogate",
                         model,
@@ -571,4 +589,6 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
                 f"row(s) repeat a sampled one (at n = {at}), which adds nothing for a deterministic black box; a "
                 "budget above the number of distinct rows is wasted"
             )
-        return self._result(model, x, X_all, y_all, ym, ys, scale, baseline, messages, stopped)
+        g_all, notes = to_link_scale(self.link, y_all)
+        messages += notes
+        return self._result(model, x, X_all, y_all, g_all, ym, ys, scale, baseline, messages, stopped, rng)

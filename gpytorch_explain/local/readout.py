@@ -18,6 +18,7 @@ import torch
 from gpytorch.utils.warnings import NumericalWarning
 
 from ..attribution import PosteriorGradient, PosteriorIntegratedGradients
+from .link import IG_COMPLETENESS_TOL, probability_integrated_gradients, probability_moments, slope_factor
 from .result import LocalExplanation, _to_numpy
 from .stencil import stencil_differences
 from .surrogate import fit_surrogate, fit_trend_surrogate, loo_r2, make_relevance_surrogate
@@ -75,8 +76,10 @@ class _ReadoutMixin:
             )
         return ell
 
-    def _gradient_ok(self, model, u0, ys, scale, y_all) -> bool:
-        """The stopping rule: every gradient std (user units, widened by the stencil check) below ``gradient_tol``."""
+    def _gradient_ok(self, model, u0, ys, scale, y_all, y0: float) -> bool:
+        """The stopping rule: every gradient std (user units, widened by the stencil check) below ``gradient_tol``.
+
+        ``y_all`` on the surrogates' scale (``link``), ``y0`` the black box's output at ``x``."""
         model = self._attribution_model(model)
         grad = PosteriorGradient(model)(u0[None])
         act = self.active
@@ -85,7 +88,7 @@ class _ReadoutMixin:
         g_std[act] = np.sqrt(np.clip(_to_numpy(grad.variance[0]), 0, None)) * ys / scale
         if self.stencil is not None:  # the same check as the result's, so that it cannot stop on a narrower std
             self._stencil_check(y_all, scale, g_mean, g_std, [], model, ys)
-        return bool(np.all(g_std[act] < self.gradient_tol))
+        return bool(np.all(g_std[act] * slope_factor(self.link, y0) < self.gradient_tol))
 
     def _forward_bias(self, model, ys: float, scale: np.ndarray, cont: list[int], g_mean: np.ndarray) -> np.ndarray:
         r"""An estimate of the forward difference's truncation error :math:`\tfrac{h_j}{2}|f''_{jj}|` (user units) per
@@ -164,7 +167,7 @@ class _ReadoutMixin:
             gap = abs(d - g_mean[j])
             if gap > g_std[j]:
                 wide.append(f"{self.feature_names[j]} ({g_mean[j]:.4g} ± {g_std[j]:.2g} against {d:.4g})")
-            g_std[j] = float(np.sqrt(g_std[j] ** 2 + gap**2 + b**2))
+            g_std[j] = float(np.hypot(np.hypot(g_std[j], gap), b))  # no overflow for outputs ~1e160
         if wide:
             sign = "+" if self.stencil_kind == "forward" else "±"
             messages.append(
@@ -174,7 +177,10 @@ class _ReadoutMixin:
                 "gradient_std includes the difference (the slope at x may differ from the box's average slope)."
             )
 
-    def _result(self, model, x, X_all, y_all, ym, ys, scale, baseline, messages, stopped) -> LocalExplanation:
+    def _result(
+        self, model, x, X_all, y_all, g_all, ym, ys, scale, baseline, messages, stopped, rng
+    ) -> LocalExplanation:
+        """Assemble the result; ``y_all`` the black box's outputs, ``g_all`` on the surrogates' scale (``link``)."""
         act = self.active
         D = self.num_features
         u0 = torch.zeros(1, act.size, dtype=_DT)
@@ -185,8 +191,11 @@ class _ReadoutMixin:
         g_mean[act] = _to_numpy(grad.mean[0]) * ys / scale
         g_std[act] = np.sqrt(np.clip(_to_numpy(grad.variance[0]), 0, None)) * ys / scale
         if self.stencil is not None:
-            self._stencil_check(y_all, scale, g_mean, g_std, messages, amodel, ys)
-        elif self._stencil_off_reason is not None:
+            self._stencil_check(g_all, scale, g_mean, g_std, messages, amodel, ys)
+        factor = slope_factor(self.link, y_all[0])  # ∂p/∂g at x (1 for the identity link): exact, p(x) is observed
+        g_mean *= factor
+        g_std *= factor
+        if self.stencil is None and self._stencil_off_reason is not None:
             messages.append(
                 f"stencil: off ({self._stencil_off_reason}), so gradient_std is the surrogate's alone, with no "
                 "finite difference to check it; with few calls per feature it can be overconfident (breast cancer / "
@@ -214,11 +223,22 @@ class _ReadoutMixin:
                     "larger interval."
                 )
         b[np.setdiff1d(np.arange(D), act)] = x[np.setdiff1d(np.arange(D), act)]
-        ig = PosteriorIntegratedGradients(amodel, baseline=self._to_u(b[None, :], x, scale)[0])(u0)
+        ub = self._to_u(b[None, :], x, scale)[0]
         ig_mean = np.zeros(D)
         ig_std = np.zeros(D)
-        ig_mean[act] = _to_numpy(ig.mean[0]) * ys  # IG is invariant to input rescaling
-        ig_std[act] = np.sqrt(np.clip(_to_numpy(ig.variance[0]), 0, None)) * ys
+        if self.link == "identity":
+            ig = PosteriorIntegratedGradients(amodel, baseline=ub)(u0)
+            ig_mean[act] = _to_numpy(ig.mean[0]) * ys  # IG is invariant to input rescaling
+            ig_std[act] = np.sqrt(np.clip(_to_numpy(ig.variance[0]), 0, None)) * ys
+        else:  # of p = sigmoid(g): mean by quadrature, std by Monte Carlo (gpytorch_explain.local.link)
+            ig_mean[act], ig_std[act], gap = probability_integrated_gradients(
+                amodel, u0[0], ub, ym, ys, seed=int(rng.randint(0, 2**31 - 1))
+            )
+            if gap > IG_COMPLETENESS_TOL:
+                messages.append(
+                    f"link: the probability-scale integrated gradients miss completeness by {gap:.2g} (relative to "
+                    "E p(x) - E p(b)): the path quadrature did not converge; read them with care."
+                )
         ell = self._relevance_lengthscales(model, messages)
         relevance = np.zeros(D)
         relevance[act] = (1.0 / ell) / (1.0 / ell).sum()
@@ -239,7 +259,8 @@ class _ReadoutMixin:
                 warnings.filterwarnings("ignore", message="Negative variance", category=NumericalWarning)
                 post = amodel.posterior(self._to_u(X, x, scale))
                 var = _to_numpy(post.variance[..., 0])
-            return _to_numpy(post.mean[..., 0]) * ys + ym, np.sqrt(np.clip(var, 0.0, None)) * ys
+            mean, std = _to_numpy(post.mean[..., 0]) * ys + ym, np.sqrt(np.clip(var, 0.0, None)) * ys
+            return (mean, std) if self.link == "identity" else probability_moments(mean, std)
 
         return LocalExplanation(
             x=x.copy(),
@@ -258,5 +279,6 @@ class _ReadoutMixin:
             stopped_early=stopped,
             warnings=messages,
             codec=copy.deepcopy(self.codec),  # later explanations may register more unseen categories
+            link=self.link,
             _predict=predict,
         )

@@ -21,7 +21,10 @@ class LocalExplanation:
     an ARD-RBF refit with the SAAS shrinkage prior (``LocalGPExplainer(relevance_prior="saas")``, the default;
     ``"lognormal"``: from the acquisition surrogate itself). The gradient, the integrated gradients,
     :meth:`predict` and ``fidelity`` come from the attribution surrogate, which adds a linear trend to the ARD RBF
-    (``linear_trend=True``, the default; with ``False`` they come from the acquisition surrogate).
+    (``linear_trend=True``, the default; with ``False`` they come from the acquisition surrogate). With
+    ``LocalGPExplainer(link="logit")`` the surrogates model the logit of a probability and the gradient, the
+    integrated gradients and :meth:`predict` are on the probability scale (``gpytorch_explain.local.link``);
+    ``relevance`` and ``fidelity`` are the logit surrogate's.
 
     :ivar relevance: ``(D,)`` ARD relevance :math:`1/\ell_i` (lengthscales in box units
         :math:`r\sigma_i`) normalised to sum to 1 (the paper's score); 0 for zero-variance features, ≈ 0 (a
@@ -40,6 +43,7 @@ class LocalExplanation:
     :ivar y_samples: ``(n,)`` the black box's outputs.
     :ivar fidelity: leave-one-out :math:`R^2` of the surrogate on its samples (closed form).
     :ivar warnings: messages from the surrogate fits and checks (empty when all went well).
+    :ivar link: the surrogates' output scale, ``"identity"`` or ``"logit"`` (see above).
     :ivar codec: for ``training_data`` given as a pandas DataFrame, its
         :class:`~gpytorch_explain.local.FrameCodec` (``None`` otherwise): the arrays above hold the codes of
         its non-numeric columns, :meth:`samples_frame` the rows as the black box received them.
@@ -61,10 +65,12 @@ class LocalExplanation:
     stopped_early: bool = False
     warnings: list[str] = field(default_factory=list)
     codec: object = field(default=None, repr=False)
+    link: str = "identity"
     _predict: object = field(default=None, repr=False)
 
     def predict(self, X) -> tuple[np.ndarray, np.ndarray]:
-        """The surrogate's posterior mean and std (latent) at ``X`` (``(m, D)``, user units, or a DataFrame)."""
+        r"""The surrogate's posterior mean and std (latent) at ``X`` (``(m, D)``, user units, or a DataFrame); with
+        ``link="logit"`` the mean and std of the probability :math:`\sigma(g)` under the logit's posterior."""
         if self._predict is None:
             raise RuntimeError("This explanation carries no surrogate.")
         if self.codec is not None and is_series(X):  # one row, as explain() takes it
@@ -141,6 +147,7 @@ class LocalExplanation:
         width = max([len(n) for n in self.feature_names] + [7])
         lines = [
             f"Local GP explanation ({self.acquisition}, {len(self.y_samples)} black-box calls, "
+            f"{'surrogates on the logit, ' if self.link == 'logit' else ''}"
             f"LOO R² = {self.fidelity:.3f}{', stopped early' if self.stopped_early else ''})",
             f"{'feature':<{width}}  {'value':>10}  {'relevance':>9}  {'gradient ± 1 std':>24}  {'IG ± 1 std':>24}",
         ]
