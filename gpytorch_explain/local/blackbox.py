@@ -148,6 +148,7 @@ def from_sklearn_classifier(
         p = np.clip(p, eps, 1.0 - eps)
         return np.log(p) - np.log1p(-p)
 
+    predict.returns_probability = output == "probability"  # LocalGPExplainer hints at link="logit" for these
     return predict
 
 

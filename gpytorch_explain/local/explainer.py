@@ -312,6 +312,7 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
             )
         decode = self.codec.decode if self.codec is not None else None
         self.black_box = BlackBox(predict_fn, D, input_type=input_type, decode=decode)
+        self._returns_probability = getattr(predict_fn, "returns_probability", False) is True  # from_sklearn_classifier
         if acquisition not in ACQUISITIONS:
             raise ValueError(f"Unknown acquisition {acquisition!r}; choose one of {ACQUISITIONS}.")
         self.acquisition = acquisition

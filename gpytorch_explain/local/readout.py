@@ -18,7 +18,13 @@ import torch
 from gpytorch.utils.warnings import NumericalWarning
 
 from ..attribution import PosteriorGradient, PosteriorIntegratedGradients
-from .link import IG_COMPLETENESS_TOL, probability_integrated_gradients, probability_moments, slope_factor
+from .link import (
+    IG_COMPLETENESS_TOL,
+    link_hint,
+    probability_integrated_gradients,
+    probability_moments,
+    slope_factor,
+)
 from .result import LocalExplanation, _to_numpy
 from .stencil import stencil_differences
 from .surrogate import fit_surrogate, fit_trend_surrogate, loo_r2, make_relevance_surrogate
@@ -250,6 +256,7 @@ class _ReadoutMixin:
                 f"low fidelity: leave-one-out R² = {fidelity:.3f} < 0.5; the surrogate explains the "
                 "black box poorly in this box (try a smaller interval or a larger budget)."
             )
+        messages += link_hint(self.link, y_all, self._returns_probability)
 
         def predict(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             if X.shape[-1] != D:

@@ -15,6 +15,7 @@ import torch
 from gpytorch_explain.local import LocalGPExplainer
 from gpytorch_explain.local.link import (
     LOGIT_CLIP,
+    link_hint,
     probability_integrated_gradients,
     probability_moments,
     slope_factor,
@@ -166,3 +167,30 @@ def test_probability_integrated_gradients_against_finite_difference_monte_carlo(
     se = ig.std(0) / np.sqrt(S)
     np.testing.assert_allclose(mean, ig.mean(0), atol=5 * se.max() + 2e-4)
     np.testing.assert_allclose(std, ig.std(0), rtol=0.05)
+
+
+def test_a_saturated_sklearn_probability_without_the_link_gets_a_hint():
+    assert "link='logit'" in link_hint("identity", np.array([0.999, 0.5, 0.2]), True)[0]
+    assert link_hint("identity", np.array([0.01]), True)
+    assert link_hint("identity", np.array([0.01]), False) == []  # not known to be a probability (e.g. tiny units)
+    assert link_hint("identity", np.array([0.5, 0.99, 0.0]), True) == []  # x's output is not saturated
+    assert link_hint("logit", np.array([0.999, 0.5]), True) == []
+    from sklearn.linear_model import LogisticRegression
+
+    from gpytorch_explain.local import from_sklearn_classifier
+
+    data = _data()
+    clf = LogisticRegression().fit(data, _logit_fn(data) + np.random.default_rng(0).logistic(size=300) > 0)
+    proba = from_sklearn_classifier(clf, 1)
+    p = proba(data[:40])
+    sat, mid = int(np.argmax(np.minimum(p, 1 - p) < 0.01)), int(np.argmax(np.abs(p - 0.5) < 0.3))
+    assert min(p[sat], 1 - p[sat]) < 0.01 and abs(p[mid] - 0.5) < 0.3
+    kw = dict(budget=14, seed=0, raw_samples=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = LocalGPExplainer(proba, data, **kw).explain(data[sat])
+        with_link = LocalGPExplainer(proba, data, link="logit", **kw).explain(data[sat])
+        unsaturated = LocalGPExplainer(proba, data, **kw).explain(data[mid])
+    assert any(w.startswith("link: the probability at x is") for w in res.warnings), res.warnings
+    for r in (with_link, unsaturated):
+        assert not any(w.startswith("link: the probability") for w in r.warnings)
