@@ -160,6 +160,7 @@ def _gp_one(task):
     assert len(res.y_samples) == budget
     return {
         "relevance": res.relevance.tolist(),
+        "relevance_std": res.relevance_std.tolist(),
         "gradient": (res.gradient_mean * Xtr.std(0)).tolist(),
         "loo": float(res.fidelity),
         "nwarn": len(res.warnings),
@@ -229,6 +230,8 @@ def run(args, store: dict, path: str = STORE) -> None:
         setting_base["link"] = args.link
     if args.attribution_noise is not None:
         setting_base["attribution_noise"] = args.attribution_noise
+    if args.relevance_bootstrap:  # absent: 0, a single fit (every record made before the option existed)
+        setting_base["relevance_bootstrap"] = args.relevance_bootstrap
     if args.stencil != "auto":
         setting_base["stencil"] = None if args.stencil == "none" else float(args.stencil)
     tasks = []
@@ -290,6 +293,7 @@ _ABBREV = {
     # evaluation, but BO paths can part at round-off, so individual explanations differ)
     "pre_cache=True": "pre-cache",
     "relevance_prior=": "rel=",
+    "relevance_bootstrap=": "bag=",
     # made before the trend surrogate was fitted from two starts (2026-11-28): only the gradient and LOO R2 differ
     "trend_start=warm": "warm-trend",  # made before the explainer replaced repeated proposals (lcb/ei/pi repeat points)
 }
@@ -483,6 +487,13 @@ def main(argv=None) -> None:
         default="saas",
         help="LocalGPExplainer(relevance_prior=...): 1/l from a SAAS refit (the library's default) or from the "
         "acquisition surrogate's log-normal prior (every record made before the option existed)",
+    )
+    p.add_argument(
+        "--relevance-bootstrap",
+        type=int,
+        default=8,
+        help="LocalGPExplainer(relevance_bootstrap=...): bootstrap refits behind the relevance (8, the library's "
+        "default since 2026-11-29; 0: one fit, every record made before the option existed)",
     )
     p.add_argument("--n-initial", type=int, default=None, help="n_initial (default: the library's)")
     p.add_argument(

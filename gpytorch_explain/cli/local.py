@@ -268,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
                     "value",
                     "baseline",
                     "relevance",
+                    "relevance_std",
                     "gradient_mean",
                     "gradient_std",
                     "integrated_gradients",
@@ -281,6 +282,7 @@ def run(args: argparse.Namespace) -> int:
                         f"{float(a[j]):.17g}"
                         for a in (
                             result.relevance,
+                            result.relevance_std,
                             result.gradient_mean,
                             result.gradient_std,
                             result.integrated_gradients,

@@ -27,7 +27,13 @@ from .link import (
 )
 from .result import LocalExplanation, _to_numpy
 from .stencil import stencil_differences
-from .surrogate import fit_surrogate, fit_trend_surrogate, loo_r2, make_relevance_surrogate
+from .surrogate import (
+    bootstrap_relevances,
+    fit_surrogate,
+    fit_trend_surrogate,
+    loo_r2,
+    make_relevance_surrogate,
+)
 
 __all__: list[str] = []
 
@@ -60,10 +66,15 @@ class _ReadoutMixin:
             messages += [f"trend surrogate: {m}" for m in fit_messages]
         return trend
 
-    def _relevance_lengthscales(self, model, messages: list[str]) -> np.ndarray:
-        """The lengthscales (box units) behind ``relevance``: ``model``'s, or a SAAS refit's (``relevance_prior``)."""
+    def _relevance(
+        self, model, messages: list[str], rng: np.random.RandomState
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(lengthscales, relevance, relevance_std)`` on the perturbed features: the lengthscales (box units) of
+        ``model`` or of a SAAS refit (``relevance_prior``), and the mean and std of the normalised :math:`1/\\ell` over
+        ``relevance_bootstrap`` bootstrap refits of that surrogate (with none: its own normalised :math:`1/\\ell`,
+        std 0)."""
         if self.relevance_prior == "lognormal":
-            return _to_numpy(model.covar_module.lengthscale.reshape(-1))
+            return self._bagged(model, _to_numpy(model.covar_module.lengthscale.reshape(-1)), messages, rng)
         rmodel = make_relevance_surrogate(model)
         fit_messages = fit_surrogate(
             rmodel, maxiter=self.final_maxiter, watch=_relevance_of, watch_label="normalised relevances"
@@ -80,7 +91,14 @@ class _ReadoutMixin:
                 f"stds per box half-width, the largest {slope.max():.3g}); the relevances mean nothing. Check "
                 "fidelity, the black box's output range or the interval."
             )
-        return ell
+        return self._bagged(rmodel, ell, messages, rng)
+
+    def _bagged(self, rmodel, ell: np.ndarray, messages: list[str], rng: np.random.RandomState):
+        if not self.relevance_bootstrap:
+            return ell, (1.0 / ell) / (1.0 / ell).sum(), np.zeros_like(ell)
+        rel, notes = bootstrap_relevances(rmodel, self.relevance_bootstrap, rng)
+        messages += [f"relevance surrogate: {m}" for m in notes]
+        return ell, rel.mean(0), (rel.std(0, ddof=1) if len(rel) > 1 else np.zeros_like(ell))
 
     def _gradient_ok(self, model, u0, ys, scale, y_all, y0: float) -> bool:
         """The stopping rule: every gradient std (user units, widened by the stencil check) below ``gradient_tol``.
@@ -189,6 +207,7 @@ class _ReadoutMixin:
         """Assemble the result; ``y_all`` the black box's outputs, ``g_all`` on the surrogates' scale (``link``)."""
         act = self.active
         D = self.num_features
+        boot_rng = np.random.RandomState(rng.randint(0, 2**31 - 1))  # first: the same on either link
         u0 = torch.zeros(1, act.size, dtype=_DT)
         amodel = self._attribution_model(model, messages)
         grad = PosteriorGradient(amodel)(u0)
@@ -245,9 +264,11 @@ class _ReadoutMixin:
                     f"link: the probability-scale integrated gradients miss completeness by {gap:.2g} (relative to "
                     "E p(x) - E p(b)): the path quadrature did not converge; read them with care."
                 )
-        ell = self._relevance_lengthscales(model, messages)
+        ell, rel_mean, rel_std = self._relevance(model, messages, boot_rng)
         relevance = np.zeros(D)
-        relevance[act] = (1.0 / ell) / (1.0 / ell).sum()
+        relevance[act] = rel_mean
+        relevance_std = np.zeros(D)
+        relevance_std[act] = rel_std
         lengthscales = np.full(D, np.inf)
         lengthscales[act] = ell * scale
         fidelity = loo_r2(amodel)
@@ -272,6 +293,7 @@ class _ReadoutMixin:
         return LocalExplanation(
             x=x.copy(),
             relevance=relevance,
+            relevance_std=relevance_std,
             gradient_mean=g_mean,
             gradient_std=g_std,
             integrated_gradients=ig_mean,
