@@ -7,10 +7,16 @@ fall to 1e-6) every slope is within two stds of the analytic one. ``stencil="aut
 when the stencil takes at most half of the budget.
 """
 
+import functools
+
 import numpy as np
 import pytest
 
-from gpytorch_explain.local import LocalGPExplainer
+from gpytorch_explain.local import LocalGPExplainer as _LocalGPExplainer
+
+# these tests read the gradient, IG and samples, which the relevance's bootstrap refits do not change
+# (tests/local/test_local_relevance_bootstrap.py); leaving the refits out saves their time
+LocalGPExplainer = functools.partial(_LocalGPExplainer, relevance_bootstrap=0)
 
 A = np.array([1.0, -2.0, 0.0, 0.5, 0.0, 3.0])
 

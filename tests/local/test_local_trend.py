@@ -6,14 +6,19 @@ samples on the box's faces, shows it most. These tests pin both sides: with the 
 inside two stds; without it, it does not (so the first test can fail).
 """
 
+import functools
 import warnings
 
 import numpy as np
 import pytest
 import torch
 
-from gpytorch_explain.local import LocalGPExplainer
+from gpytorch_explain.local import LocalGPExplainer as _LocalGPExplainer
 from gpytorch_explain.local.surrogate import fit_surrogate, make_surrogate, make_trend_surrogate
+
+# these tests read the gradient, IG and samples, which the relevance's bootstrap refits do not change
+# (tests/local/test_local_relevance_bootstrap.py); leaving the refits out saves their time
+LocalGPExplainer = functools.partial(_LocalGPExplainer, relevance_bootstrap=0)
 
 A = np.array([1.0, -2.0, 0.0, 0.5, 0.0, 3.0])
 
