@@ -296,6 +296,9 @@ _ABBREV = {
     "relevance_bootstrap=": "bag=",
     # made before the trend surrogate was fitted from two starts (2026-11-28): only the gradient and LOO R2 differ
     "trend_start=warm": "warm-trend",  # made before the explainer replaced repeated proposals (lcb/ei/pi repeat points)
+    # made with a stencil before gradient_mean took the stencil's difference where the surrogate's slope contradicts
+    # it (2026-11-29): only the gradient differs
+    "stencil_mean=surrogate": "surrogate-mean",
 }
 
 
@@ -462,7 +465,14 @@ def _other_lime_rows(name: str, by: dict, limedef: dict, title: str, tag: str) -
 
 
 #: settings of records made by older code (kept for the record, left out of the default-LIME comparison)
-_OLD_RECORDS = ("pre_stencil", "pre_cache", "repeats=True", "linear_trend=False", "trend_start=warm")
+_OLD_RECORDS = (
+    "pre_stencil",
+    "pre_cache",
+    "repeats=True",
+    "linear_trend=False",
+    "trend_start=warm",
+    "stencil_mean=surrogate",
+)
 
 
 def main(argv=None) -> None:

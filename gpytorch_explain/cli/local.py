@@ -273,6 +273,7 @@ def run(args: argparse.Namespace) -> int:
                     "gradient_std",
                     "integrated_gradients",
                     "integrated_gradients_std",
+                    "gradient_from_stencil",
                 ]
             )
             for j, name in enumerate(features):
@@ -289,5 +290,6 @@ def run(args: argparse.Namespace) -> int:
                             result.integrated_gradients_std,
                         )
                     ]
+                    + [int(result.gradient_from_stencil[j])]
                 )
     return 0

@@ -40,8 +40,14 @@ class LocalExplanation:
         (medians) the std of ``relevance`` across seeds, so it is left out of :meth:`summary` and :meth:`plot`.
     :ivar lengthscales: ``(D,)`` the lengthscales of the relevance surrogate fitted on all samples, in the user's
         units (``inf`` for zero-variance features).
-    :ivar gradient_mean: ``(D,)`` posterior mean of :math:`\partial f/\partial x_i` of the surrogate at ``x``.
-    :ivar gradient_std: ``(D,)`` its posterior standard deviation (latent).
+    :ivar gradient_mean: ``(D,)`` posterior mean of :math:`\partial f/\partial x_i` of the surrogate at ``x``;
+        with a stencil, the stencil's finite difference instead for the features where the two contradict each other
+        (``gradient_from_stencil``).
+    :ivar gradient_std: ``(D,)`` its posterior standard deviation (latent), widened by the stencil check to reach the
+        finite difference (and, for the forward stencil, to include its truncation error).
+    :ivar gradient_from_stencil: ``(D,)`` bool: ``True`` where ``gradient_mean`` is the stencil's finite difference
+        :math:`d_i` rather than the surrogate's slope :math:`m_i`, because their gap exceeded both the surrogate's
+        std and the difference's own error estimate (truncation and noise; see ``LocalGPExplainer(stencil=...)``).
     :ivar integrated_gradients: ``(D,)`` posterior mean of the surrogate's integrated gradients from
         ``baseline`` to ``x`` (they sum to the surrogate's :math:`f(\mathbf x) - f(\mathbf b)`).
     :ivar integrated_gradients_std: ``(D,)`` their posterior standard deviation.
@@ -76,11 +82,14 @@ class LocalExplanation:
     codec: object = field(default=None, repr=False)
     link: str = "identity"
     relevance_std: np.ndarray | None = None
+    gradient_from_stencil: np.ndarray | None = None
     _predict: object = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.relevance_std is None:
             self.relevance_std = np.zeros_like(np.asarray(self.relevance, dtype=np.float64))
+        if self.gradient_from_stencil is None:
+            self.gradient_from_stencil = np.zeros(np.shape(self.relevance), dtype=bool)
 
     def predict(self, X) -> tuple[np.ndarray, np.ndarray]:
         r"""The surrogate's posterior mean and std (latent) at ``X`` (``(m, D)``, user units, or a DataFrame); with
@@ -114,7 +123,7 @@ class LocalExplanation:
         """The per-feature table as a pandas DataFrame indexed by feature name (needs pandas).
 
         Columns: ``value`` (x; categories as values for a DataFrame's text columns), ``relevance``,
-        ``relevance_std``, ``gradient_mean``, ``gradient_std``, ``integrated_gradients``,
+        ``relevance_std``, ``gradient_mean``, ``gradient_std``, ``gradient_from_stencil``, ``integrated_gradients``,
         ``integrated_gradients_std``, ``baseline``, ``lengthscale``; rows in feature order.
         """
         try:
@@ -134,6 +143,7 @@ class LocalExplanation:
                 "relevance_std": self.relevance_std,
                 "gradient_mean": self.gradient_mean,
                 "gradient_std": self.gradient_std,
+                "gradient_from_stencil": self.gradient_from_stencil,
                 "integrated_gradients": self.integrated_gradients,
                 "integrated_gradients_std": self.integrated_gradients_std,
                 "baseline": baseline,

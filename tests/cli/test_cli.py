@@ -238,6 +238,7 @@ def test_local_with_a_sklearn_model(tmp_path):
     np.testing.assert_allclose(ig.sum(), coef @ (X[3] - base), rtol=0.05, atol=0.05)
     np.testing.assert_allclose(column(rows, "relevance").sum(), 1.0, rtol=1e-9)
     assert (column(rows, "relevance_std") >= 0).all() and column(rows, "relevance_std").max() > 0
+    assert set(column(rows, "gradient_from_stencil")) <= {0.0, 1.0}  # a flag per feature
     assert (tmp_path / "local.png").read_bytes()[:4] == b"\x89PNG"
 
 
