@@ -5,8 +5,11 @@ import pytest
 
 from gpytorch_explain import LocalGPExplainer
 from gpytorch_explain.explainers import Explainer, LocalGPExplainerAdapter
+from tests.helpers import NO_RELEVANCE
 
 KW = dict(budget=14, seed=2, raw_samples=16, n_initial=4, acquisition="variance")
+#: for the tests that read no relevance (tests/helpers.py)
+FAST = KW | NO_RELEVANCE
 
 
 def f(X):
@@ -19,11 +22,11 @@ def data():
 
 
 def test_integrated_gradients_rows_match_the_explainer(data):
-    adapter = LocalGPExplainerAdapter(f, data, **KW)
+    adapter = LocalGPExplainerAdapter(f, data, **FAST)
     assert isinstance(adapter, Explainer) and adapter.additive and adapter.name == "LocalGP"
     out = adapter.explain(data[:2])
     for i in range(2):
-        ref = LocalGPExplainer(f, data, **KW).explain(data[i])  # same seed: the same samples and surrogates
+        ref = LocalGPExplainer(f, data, **FAST).explain(data[i])  # same seed: the same samples and surrogates
         np.testing.assert_allclose(out.contributions[i], ref.integrated_gradients, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(out.std[i], ref.integrated_gradients_std, rtol=1e-10, atol=1e-12)
         diff = ref.x - ref.baseline
@@ -35,7 +38,7 @@ def test_integrated_gradients_rows_match_the_explainer(data):
 
 
 def test_gradient_input_and_relevance_scores(data):
-    gi = LocalGPExplainerAdapter(f, data, score="gradient_input", **KW)
+    gi = LocalGPExplainerAdapter(f, data, score="gradient_input", **FAST)
     out = gi.explain(data[3])  # one row
     r = gi.results[0]
     diff = r.x - r.baseline
@@ -52,7 +55,7 @@ def test_gradient_input_and_relevance_scores(data):
 
 def test_fixed_baseline_and_bad_input(data):
     b = np.array([0.1, -0.2, 0.0])
-    adapter = LocalGPExplainerAdapter(f, data, baseline=b, **KW)
+    adapter = LocalGPExplainerAdapter(f, data, baseline=b, **FAST)
     adapter.explain(data[:1])
     np.testing.assert_array_equal(adapter.results[0].baseline, b)
     with pytest.raises(ValueError, match="score"):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from gpytorch_explain.local import ACQUISITIONS, LocalGPExplainer
+from tests.helpers import NO_RELEVANCE
 
 A = np.array([1.0, -2.0, 0.5])
 
@@ -36,7 +37,15 @@ def test_every_acquisition_runs_with_batches(acquisition, data):
 
 def test_stopping_rule_gives_fewer_rows(data):
     res = LocalGPExplainer(
-        black_box, data, budget=40, n_initial=6, seed=0, raw_samples=16, acquisition="gradient", gradient_tol=0.5
+        black_box,
+        data,
+        budget=40,
+        n_initial=6,
+        seed=0,
+        raw_samples=16,
+        acquisition="gradient",
+        gradient_tol=0.5,
+        **NO_RELEVANCE,
     ).explain(data[2])
     assert res.stopped_early and len(res.y_samples) < 40 and res.x_samples.shape[0] == len(res.y_samples)
     assert (res.gradient_std < 0.5).all()  # the returned surrogate is the one that met the rule
@@ -54,7 +63,7 @@ def test_repeated_proposals_are_replaced_by_the_most_uncertain_point():
         replaced = 0
         for seed in range(3):
             res = LocalGPExplainer(
-                f, data, acquisition=acquisition, budget=25, seed=seed, raw_samples=16, stencil=None
+                f, data, acquisition=acquisition, budget=25, seed=seed, raw_samples=16, stencil=None, **NO_RELEVANCE
             ).explain(data[0])
             assert len(np.unique(res.x_samples, axis=0)) == 25, (acquisition, seed)
             replaced += sum("proposed a point already sampled" in w for w in res.warnings)
@@ -71,7 +80,8 @@ def test_all_categorical_space_is_covered_before_rows_repeat():
     def f(X):
         return 2.0 * X[:, 0] + np.sin(X[:, 1])
 
-    res = LocalGPExplainer(f, data, budget=10, seed=0, categorical_features=[0, 1], raw_samples=16).explain(data[0])
+    kw = dict(categorical_features=[0, 1], raw_samples=16, **NO_RELEVANCE)
+    res = LocalGPExplainer(f, data, budget=10, seed=0, **kw).explain(data[0])
     assert res.x_samples.shape == (10, 2)  # the exact budget
     np.testing.assert_array_equal(res.x_samples[0], data[0])
     assert len(np.unique(res.x_samples[:6], axis=0)) == 6  # every combination before any repeat
@@ -79,6 +89,6 @@ def test_all_categorical_space_is_covered_before_rows_repeat():
     exhausted = [w for w in res.warnings if w.startswith("repeated rows")]
     assert len(exhausted) == 1 and "all 6 combinations" in exhausted[0] and "4 row(s)" in exhausted[0]
     # within the number of combinations: all rows distinct, no "repeated rows" warning
-    res = LocalGPExplainer(f, data, budget=6, seed=1, categorical_features=[0, 1], raw_samples=16).explain(data[0])
+    res = LocalGPExplainer(f, data, budget=6, seed=1, **kw).explain(data[0])
     assert len(np.unique(res.x_samples, axis=0)) == 6
     assert not any(w.startswith("repeated rows") for w in res.warnings)

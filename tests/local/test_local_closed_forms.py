@@ -9,6 +9,7 @@ from gpytorch_explain import PosteriorGradient
 from gpytorch_explain.local import GradientVarianceReduction, LocalGPExplainer, loo_predictions
 from gpytorch_explain.local.acquisition import gradient_cross_covariance
 from gpytorch_explain.local.surrogate import make_surrogate
+from tests.helpers import NO_RELEVANCE
 
 #: every test here runs with float64 as torch's default dtype (the shared fixture in tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("float64")
@@ -99,7 +100,7 @@ def _explanation(**kw):
     scales = np.array([1.0, 3.0, 0.2, 1.0])
     data = rs.randn(200, 4) * scales + np.array([0.0, 10.0, -1.0, 2.0])
     f = lambda X: np.sin(X[:, 0]) + 0.3 * X[:, 1] - 2.0 * X[:, 2] ** 2 + 0.0 * X[:, 3]  # noqa: E731
-    kw = {"budget": 16, "seed": 0, "raw_samples": 16, "interval": 0.5} | kw
+    kw = {"budget": 16, "seed": 0, "raw_samples": 16, "interval": 0.5, **NO_RELEVANCE} | kw
     return LocalGPExplainer(f, data, **kw).explain(data[3]), data
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from gpytorch_explain.local import LocalGPExplainer, from_sklearn_classifier, from_sklearn_regressor
+from tests.helpers import NO_RELEVANCE
 
 A = np.array([1.0, -2.0, 0.5, 0.0, 0.0, 0.0])  # features 3-5 have no effect
 
@@ -191,7 +192,9 @@ def test_unseen_categorical_value_of_x_warns():
     def f(Z):
         return Z[:, 0] + Z[:, 1] ** 2
 
-    ex = LocalGPExplainer(f, X, categorical_features=[1], budget=8, seed=0, raw_samples=16, feature_names=["a", "kind"])
+    ex = LocalGPExplainer(
+        f, X, categorical_features=[1], budget=8, seed=0, raw_samples=16, feature_names=["a", "kind"], **NO_RELEVANCE
+    )
     with pytest.warns(UserWarning, match=r"'kind' \(index 1\) has the value 2, which training_data never takes"):
         res = ex.explain(x)
     np.testing.assert_array_equal(res.x_samples[0], x)
@@ -209,13 +212,12 @@ def test_sklearn_helpers_and_torch_module(data):
     from sklearn.linear_model import LinearRegression, LogisticRegression
 
     X = data[:, :3]
+    kw = dict(budget=10, n_initial=4, seed=0, raw_samples=16, **NO_RELEVANCE)
     reg = LinearRegression().fit(X, X @ [1.0, 2.0, 0.0])
-    res = LocalGPExplainer(from_sklearn_regressor(reg), X, budget=10, n_initial=4, seed=0, raw_samples=16).explain(X[0])
+    res = LocalGPExplainer(from_sklearn_regressor(reg), X, **kw).explain(X[0])
     assert res.x_samples.shape == (10, 3)
     clf = LogisticRegression().fit(X, X[:, 0] > 0)
-    res = LocalGPExplainer(from_sklearn_classifier(clf, 1), X, budget=10, n_initial=4, seed=0, raw_samples=16).explain(
-        X[0]
-    )
+    res = LocalGPExplainer(from_sklearn_classifier(clf, 1), X, **kw).explain(X[0])
     assert ((res.y_samples >= 0) & (res.y_samples <= 1)).all()
     with pytest.raises(ValueError, match="class_index"):
         from_sklearn_classifier(clf, 2)
@@ -235,7 +237,7 @@ def test_sklearn_helpers_and_torch_module(data):
             seen.append(type(z))
             return self.lin(z)
 
-    res = LocalGPExplainer(Net(), X, budget=10, n_initial=4, seed=0, raw_samples=16).explain(X[0])
+    res = LocalGPExplainer(Net(), X, **kw).explain(X[0])
     assert seen and all(t is torch.Tensor for t in seen) and res.y_samples.shape == (10,)
 
 
@@ -253,7 +255,7 @@ def test_float32_module_x_samples_are_the_rows_it_received(data):
             return self.lin(z)
 
     X = data[:, :3] * 1.1
-    res = LocalGPExplainer(Net32(), X, budget=10, n_initial=4, seed=0, raw_samples=16).explain(X[0])
+    res = LocalGPExplainer(Net32(), X, budget=10, n_initial=4, seed=0, raw_samples=16, **NO_RELEVANCE).explain(X[0])
     rows = torch.cat(received).double().numpy()
     assert res.x_samples.dtype == np.float64 and res.x_samples.shape == (10, 3)
     np.testing.assert_array_equal(res.x_samples, rows)  # exactly what the module got, in order

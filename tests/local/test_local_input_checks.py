@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from gpytorch_explain.local import LocalGPExplainer, from_sklearn_classifier, from_sklearn_regressor
+from tests.helpers import NO_RELEVANCE
 
 A = np.array([2.0, -1.0, 0.5])
 
@@ -106,7 +107,7 @@ def test_training_data_whose_std_overflows_is_an_error():
 
 
 def test_result_predict_checks_its_rows(data):
-    res = LocalGPExplainer(f, data, budget=12, seed=0).explain(data[0])
+    res = LocalGPExplainer(f, data, budget=12, seed=0, **NO_RELEVANCE).explain(data[0])
     mean, std = res.predict(data[:2])
     assert mean.shape == std.shape == (2,)
     np.testing.assert_allclose(res.predict(data[0])[0], mean[:1])  # one row as (D,)
@@ -133,7 +134,9 @@ def test_an_unseen_category_does_not_leak_into_the_forward_stencil():
         return 2 * X[:, 0] + 0.5 * X[:, 2] + 10 * X[:, 1]
 
     x = np.array([0.3, 5.0, -0.2])
-    ex = LocalGPExplainer(g, C, categorical_features=[1], stencil=0.1, stencil_kind="forward", budget=12, seed=0)
+    ex = LocalGPExplainer(
+        g, C, categorical_features=[1], stencil=0.1, stencil_kind="forward", budget=12, seed=0, **NO_RELEVANCE
+    )
     with pytest.warns(UserWarning, match="never takes"):
         res = ex.explain(x)
     np.testing.assert_array_equal(res.x_samples[:3, 1], 5.0)
@@ -147,9 +150,9 @@ def test_an_unseen_category_does_not_leak_into_the_forward_stencil():
 def test_categorical_baseline_is_a_seen_value():
     rs = np.random.RandomState(2)
     C = np.c_[rs.randn(90), rs.choice([0.0, 1.0, 7.0], size=90, p=[0.2, 0.7, 0.1])]
-    res = LocalGPExplainer(lambda X: X[:, 0] + X[:, 1], C, categorical_features=[1], budget=12, seed=0).explain(
-        np.array([0.1, 7.0])
-    )
+    res = LocalGPExplainer(
+        lambda X: X[:, 0] + X[:, 1], C, categorical_features=[1], budget=12, seed=0, **NO_RELEVANCE
+    ).explain(np.array([0.1, 7.0]))
     assert res.baseline[1] == 1.0  # the most frequent value, not the mean of the codes (1.4)
     np.testing.assert_allclose(res.baseline[0], np.clip(C[:, 0].mean(), 0.1 - C[:, 0].std(), 0.1 + C[:, 0].std()))
 
@@ -190,7 +193,7 @@ def test_classifier_helper_takes_a_label_or_an_index():
 def test_a_narrow_box_far_from_zero_is_fine_in_float64():
     """Data around 1e5 with std 1e-4: the box spans ~1e7 float64 steps, so it is explained (not refused)."""
     X = 1e5 + 1e-4 * np.random.RandomState(0).randn(300, 3)
-    res = LocalGPExplainer(lambda Z: ((Z - 1e5) / 1e-4) @ A, X, budget=14, seed=0).explain(X[0])
+    res = LocalGPExplainer(lambda Z: ((Z - 1e5) / 1e-4) @ A, X, budget=14, seed=0, **NO_RELEVANCE).explain(X[0])
     np.testing.assert_allclose(res.gradient_mean * 1e-4, A, atol=3 * (res.gradient_std * 1e-4).max() + 1e-6)
 
 
@@ -203,7 +206,7 @@ def test_a_box_below_float32_resolution_names_float32():
 
 
 def test_a_baseline_outside_the_box_is_warned(data):
-    ex = LocalGPExplainer(f, data, budget=12, seed=0)
+    ex = LocalGPExplainer(f, data, budget=12, seed=0, **NO_RELEVANCE)
     x = data[0]
     inside = ex.explain(x, baseline=x - 0.5 * data.std(0))
     assert not any(m.startswith("baseline:") for m in inside.warnings)

@@ -22,6 +22,7 @@ from gpytorch_explain.local.link import (
     to_link_scale,
 )
 from gpytorch_explain.local.surrogate import make_surrogate, make_trend_surrogate
+from tests.helpers import NO_RELEVANCE
 
 W = np.array([1.5, -2.0, 0.0, 0.8])
 
@@ -103,7 +104,9 @@ def test_logit_link_gradient_covers_the_true_probability_gradient_and_ig_is_comp
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = LocalGPExplainer(_prob_fn, data, budget=40, seed=1, link="logit", attribution_noise=1e-6).explain(x)
+        res = LocalGPExplainer(
+            _prob_fn, data, budget=40, seed=1, link="logit", attribution_noise=1e-6, **NO_RELEVANCE
+        ).explain(x)
     z = (res.gradient_mean - true) / res.gradient_std
     assert np.all(np.abs(z) < 2), z
     assert abs(res.gradient_mean[2]) < 2 * res.gradient_std[2] + 1e-9  # no effect
@@ -111,7 +114,7 @@ def test_logit_link_gradient_covers_the_true_probability_gradient_and_ig_is_comp
     m, _ = res.predict(np.stack([x, res.baseline]))
     assert res.integrated_gradients.sum() == pytest.approx(m[0] - m[1], abs=1e-4)
     assert not any("completeness" in w for w in res.warnings)
-    again = LocalGPExplainer(_prob_fn, data, budget=40, seed=1, link="logit", attribution_noise=1e-6)
+    again = LocalGPExplainer(_prob_fn, data, budget=40, seed=1, link="logit", attribution_noise=1e-6, **NO_RELEVANCE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res2 = again.explain(x)
@@ -185,7 +188,7 @@ def test_a_saturated_sklearn_probability_without_the_link_gets_a_hint():
     p = proba(data[:40])
     sat, mid = int(np.argmax(np.minimum(p, 1 - p) < 0.01)), int(np.argmax(np.abs(p - 0.5) < 0.3))
     assert min(p[sat], 1 - p[sat]) < 0.01 and abs(p[mid] - 0.5) < 0.3
-    kw = dict(budget=14, seed=0, raw_samples=16)
+    kw = dict(budget=14, seed=0, raw_samples=16, **NO_RELEVANCE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = LocalGPExplainer(proba, data, **kw).explain(data[sat])

@@ -8,6 +8,7 @@ import torch
 
 from gpytorch_explain.local import LocalGPExplainer
 from gpytorch_explain.local.surrogate import fit_surrogate, log_posterior, make_relevance_surrogate, make_surrogate
+from tests.helpers import NO_RELEVANCE
 
 
 def _half_cauchy_logpdf(x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -72,6 +73,30 @@ def test_linear_black_box_is_not_reported_as_without_effect():
     res = LocalGPExplainer(lambda X: X @ slopes, data, budget=17, seed=5, raw_samples=16).explain(data[7])
     assert not any("found no feature with an effect" in w for w in res.warnings), res.warnings
     assert list(np.argsort(-res.relevance)) == [0, 1, 2], res.relevance
+
+
+def test_the_relevance_options_change_only_the_relevance():
+    """``NO_RELEVANCE`` (tests/helpers.py), which the tests that read no relevance pass to save time, leaves the
+    samples and every other read-out as the defaults give them, to the bit."""
+    data = np.random.RandomState(2).randn(150, 4)
+    f = lambda X: X @ np.array([1.0, -2.0, 0.5, 0.0]) + 0.3 * np.sin(X[:, 0] * X[:, 1])  # noqa: E731
+    kw = dict(budget=16, seed=4, raw_samples=16)
+    default = LocalGPExplainer(f, data, **kw).explain(data[0])
+    fast = LocalGPExplainer(f, data, **kw, **NO_RELEVANCE).explain(data[0])
+    for name in (
+        "x_samples",
+        "y_samples",
+        "gradient_mean",
+        "gradient_std",
+        "gradient_from_stencil",
+        "integrated_gradients",
+        "integrated_gradients_std",
+        "baseline",
+    ):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(default, name), err_msg=name)
+    assert fast.fidelity == default.fidelity
+    for a, b in zip(fast.predict(data[:3]), default.predict(data[:3]), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_bad_relevance_prior():

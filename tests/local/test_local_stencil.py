@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from gpytorch_explain.local import LocalGPExplainer as _LocalGPExplainer
+from tests.helpers import NO_RELEVANCE
 
-# these tests read the gradient, IG and samples, which the relevance's bootstrap refits do not change
-# (tests/local/test_local_relevance_bootstrap.py); leaving the refits out saves their time
-LocalGPExplainer = functools.partial(_LocalGPExplainer, relevance_bootstrap=0)
+# these tests read the gradient, IG and samples, which the relevance options do not change (tests/helpers.py);
+# leaving the SAAS refit and the bootstrap refits out saves their time
+LocalGPExplainer = functools.partial(_LocalGPExplainer, **NO_RELEVANCE)
 
 A = np.array([1.0, -2.0, 0.0, 0.5, 0.0, 3.0])
 
@@ -90,7 +91,8 @@ def test_stencil_with_an_interpolating_surrogate_covers_an_oscillating_interacti
 
 
 def test_the_defaults_cover_the_oscillating_interaction():
-    # stencil="auto" (on: 12 stencil rows <= 50 / 2) and the learned noise under its broad prior
+    # stencil="auto" (on: 12 stencil rows <= 50 / 2) and the learned noise under its broad prior (the relevance
+    # options of NO_RELEVANCE do not change the gradient and samples read here)
     data = _data()
     x = data[0]
     truth = _true_gradient(x)

@@ -7,6 +7,7 @@ import pytest
 
 from gpytorch_explain.local import LocalGPExplainer, from_sklearn_regressor
 from gpytorch_explain.local.tabular import FrameCodec
+from tests.helpers import NO_RELEVANCE
 
 pd = pytest.importorskip("pandas")
 
@@ -107,7 +108,7 @@ def test_numeric_frame_equals_array():
     rng = np.random.RandomState(1)
     X = rng.randn(80, 3)
     df = pd.DataFrame(X, columns=["a", "b", "c"])
-    kw = dict(budget=16, seed=2, interval=0.5)
+    kw = dict(budget=16, seed=2, interval=0.5, **NO_RELEVANCE)
     r_frame = LocalGPExplainer(lambda d: d["a"].to_numpy() - 2 * d["c"].to_numpy(), df, **kw).explain(df.iloc[4])
     r_array = LocalGPExplainer(lambda Z: Z[:, 0] - 2 * Z[:, 2], X, **kw).explain(X[4])
     np.testing.assert_allclose(r_frame.x_samples, r_array.x_samples)
@@ -122,7 +123,7 @@ def test_unseen_category_in_x_is_evaluated_and_warned(frame):
     EFFECT["marseille"] = 0.0
     try:
         with pytest.warns(UserWarning, match="'marseille'.*never takes.*'lyon', 'nice', 'paris'"):
-            ex = LocalGPExplainer(rec, frame, budget=16, seed=0)
+            ex = LocalGPExplainer(rec, frame, budget=16, seed=0, **NO_RELEVANCE)
             res = ex.explain(x)
     finally:
         del EFFECT["marseille"]
@@ -146,7 +147,9 @@ def test_sklearn_pipeline_with_column_names(frame):
     model = make_pipeline(ct, Ridge(alpha=1e-6)).fit(frame, y)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "X does not have valid feature names" from scikit-learn
-        res = LocalGPExplainer(from_sklearn_regressor(model), frame, budget=20, seed=0).explain(frame.iloc[3])
+        res = LocalGPExplainer(from_sklearn_regressor(model), frame, budget=20, seed=0, **NO_RELEVANCE).explain(
+            frame.iloc[3]
+        )
     # the pipeline is linear in age (0.05) and rooms (0.3): the surrogate's slope at x finds them
     g, s = res.gradient_mean, res.gradient_std
     assert abs(g[0] - 0.05) <= 2 * s[0] + 1e-3 and abs(g[1] - 0.3) <= 2 * s[1] + 1e-2
@@ -162,7 +165,7 @@ def test_helper_names_arrays_for_a_model_fitted_on_a_frame():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         np.testing.assert_allclose(f(df.to_numpy()[:4]), (df["u"] - df["v"]).to_numpy()[:4])
-        res = LocalGPExplainer(f, df.to_numpy(), budget=14, seed=0).explain(df.to_numpy()[0])
+        res = LocalGPExplainer(f, df.to_numpy(), budget=14, seed=0, **NO_RELEVANCE).explain(df.to_numpy()[0])
     assert res.y_samples.shape == (14,)
 
 
@@ -193,9 +196,9 @@ def test_bad_tabular_input(frame):
     with pytest.raises(ValueError, match="one instance"):
         ex.explain(frame.iloc[:2])
     with pytest.raises(RuntimeError, match="DataFrame"):
-        LocalGPExplainer(lambda Z: Z[:, 0], np.random.RandomState(0).randn(30, 2), budget=12, seed=0).explain(
-            np.zeros(2)
-        ).samples_frame()
+        LocalGPExplainer(
+            lambda Z: Z[:, 0], np.random.RandomState(0).randn(30, 2), budget=12, seed=0, **NO_RELEVANCE
+        ).explain(np.zeros(2)).samples_frame()
 
 
 def test_a_series_is_read_by_label_never_by_position(frame):
@@ -229,7 +232,7 @@ def test_time_columns_and_named_missing_values():
 
 
 def test_results_keep_their_own_categories(frame):
-    ex = LocalGPExplainer(frame_model, frame, budget=12, seed=0)
+    ex = LocalGPExplainer(frame_model, frame, budget=12, seed=0, **NO_RELEVANCE)
     first = ex.explain(frame.iloc[0])
     x = frame.iloc[1].copy()
     x["city"] = "marseille"

@@ -15,10 +15,11 @@ import torch
 
 from gpytorch_explain.local import LocalGPExplainer as _LocalGPExplainer
 from gpytorch_explain.local.surrogate import fit_surrogate, make_surrogate, make_trend_surrogate
+from tests.helpers import NO_RELEVANCE
 
-# these tests read the gradient, IG and samples, which the relevance's bootstrap refits do not change
-# (tests/local/test_local_relevance_bootstrap.py); leaving the refits out saves their time
-LocalGPExplainer = functools.partial(_LocalGPExplainer, relevance_bootstrap=0)
+# these tests read the gradient, IG and samples, which the relevance options do not change (tests/helpers.py);
+# leaving the SAAS refit and the bootstrap refits out saves their time
+LocalGPExplainer = functools.partial(_LocalGPExplainer, **NO_RELEVANCE)
 
 A = np.array([1.0, -2.0, 0.0, 0.5, 0.0, 3.0])
 
@@ -112,7 +113,8 @@ def _wiggly_case():
 
 def test_fixed_attribution_noise_interpolates_and_is_honest_about_the_unresolved_part():
     f, data, x, grad = _wiggly_case()
-    kw = dict(acquisition="variance", budget=50, seed=3, stencil=None)
+    # reads the relevance: the SAAS fit's, as before NO_RELEVANCE (still without the bootstrap refits)
+    kw = dict(acquisition="variance", budget=50, seed=3, stencil=None, relevance_prior="saas")
     learned = LocalGPExplainer(f, data, **kw).explain(x)
     fixed = LocalGPExplainer(f, data, attribution_noise=1e-6, **kw).explain(x)
     # the same samples: the noise only changes the attribution surrogate, not the BO path
