@@ -234,6 +234,8 @@ def run(args, store: dict, path: str = STORE) -> None:
         setting_base["relevance_bootstrap"] = args.relevance_bootstrap
     if args.stencil != "auto":
         setting_base["stencil"] = None if args.stencil == "none" else float(args.stencil)
+    if args.stencil_completion is not None:
+        setting_base["stencil_completion"] = args.stencil_completion
     tasks = []
     for name in args.datasets:
         cells = [(i, r) for i in range(args.instances) for r in range(args.repeats)]
@@ -299,6 +301,7 @@ _ABBREV = {
     # made with a stencil before gradient_mean took the stencil's difference where the surrogate's slope contradicts
     # it (2026-11-29): only the gradient differs
     "stencil_mean=surrogate": "surrogate-mean",
+    "stencil_completion=": "sc=",
 }
 
 
@@ -508,6 +511,13 @@ def main(argv=None) -> None:
     p.add_argument("--n-initial", type=int, default=None, help="n_initial (default: the library's)")
     p.add_argument(
         "--stencil", default="auto", help="LocalGPExplainer(stencil=...): 'auto' (the library's default), 'none' or δ"
+    )
+    p.add_argument(
+        "--stencil-completion",
+        type=float,
+        default=None,
+        help="LocalGPExplainer(stencil_completion=...) (default: the library's, 0: forward differences only, as every "
+        "record made before the option existed)",
     )
     p.add_argument("--num-restarts", type=int, default=None, help="num_restarts (default: the library's)")
     p.add_argument("--raw-samples", type=int, default=None, help="raw_samples (default: the library's)")

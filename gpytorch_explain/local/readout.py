@@ -162,6 +162,49 @@ class _ReadoutMixin:
             kappa = np.maximum(kappa, np.maximum(np.minimum(fit, each.max()), np.median(each)))
         return 0.5 * self.stencil * kappa * ys / np.array([scale[pos[j]] for j in cont])
 
+    def _stencil_terms(self, y_all, scale, g_mean, model=None, ys: float = 1.0):
+        r"""``(cont, h, d, b, c)`` per stenciled feature ``cont[k]``: its step :math:`h_j` (user units), finite
+        difference :math:`d_j`, truncation estimate :math:`b_j` (forward differences with ``model`` given, else 0) and
+        the factor :math:`c_j` of the noise variance the difference carries (2 forward, 1/2 central). A forward stencil
+        completed at feature ``j`` (``self._backward[j]``, the row of :math:`\mathbf x - h_j\mathbf e_j`) gives the
+        central difference there, with :math:`b_j = 0` and :math:`c_j = 1/2`."""
+        cont = [j for j in self.active if j not in self.categorical_features]
+        pos = {j: p for p, j in enumerate(self.active)}
+        h = np.array([self.stencil * scale[pos[j]] for j in cont])
+        diffs = stencil_differences(y_all, self.stencil_kind, h)
+        forward = self.stencil_kind == "forward"
+        carried = np.full(len(cont), 2.0 if forward else 0.5)
+        bias = np.zeros(len(cont))
+        if forward and model is not None and cont:
+            bias = self._forward_bias(model, ys, scale, cont, g_mean)
+        backward = getattr(self, "_backward", None) or {}
+        for k, j in enumerate(cont):
+            if forward and j in backward:
+                diffs[k] = (y_all[1 + k] - y_all[backward[j]]) / (2.0 * h[k])
+                bias[k], carried[k] = 0.0, 0.5
+        return cont, h, diffs, bias, carried
+
+    def _completion_features(self, model, u0, ys: float, scale, y_all, calls: int) -> list[int]:
+        r"""The features (at most ``calls``) whose forward difference to complete to a central one: those where the
+        stencil check would widen the surrogate's std most, :math:`\sqrt{(d_j - m_j)^2 + b_j^2} / s_j` largest
+        and above 1 (the forward difference's truncation estimate :math:`b_j`, or its gap to the surrogate's slope,
+        exceeds that slope's std). ``y_all`` on the surrogates' scale."""
+        amodel = self._attribution_model(model)
+        grad = PosteriorGradient(amodel)(u0[None])
+        act = self.active
+        g_mean, g_std = np.zeros(self.num_features), np.zeros(self.num_features)
+        g_mean[act] = _to_numpy(grad.mean[0]) * ys / scale
+        g_std[act] = np.sqrt(np.clip(_to_numpy(grad.variance[0]), 0, None)) * ys / scale
+        cont, _, diffs, bias, _ = self._stencil_terms(y_all, scale, g_mean, amodel, ys)
+        done = getattr(self, "_backward", None) or {}
+        pos = {j: p for p, j in enumerate(act)}
+        doubt = []
+        for j, d, b in zip(cont, diffs, bias, strict=True):
+            widen = float(np.hypot(d - g_mean[j], b))
+            if j not in done and widen > g_std[j]:
+                doubt.append((widen * scale[pos[j]] / ys, j))  # standardised output per box half-width
+        return [j for _, j in sorted(doubt, key=lambda t: (-t[0], t[1]))[:calls]]
+
     def _stencil_check(self, y_all, scale, g_mean, g_std, messages, model=None, ys: float = 1.0) -> list[int]:
         r"""Check the surrogate's slope at ``x`` against the stencil's finite differences; widen ``g_std`` (in place)
         and, where the two contradict each other, report the difference in ``g_mean`` (in place).
@@ -194,25 +237,18 @@ class _ReadoutMixin:
         Features where the gap exceeds the std are reported in ``messages``. Returns the features whose mean is the
         difference.
         """
-        cont = [j for j in self.active if j not in self.categorical_features]
-        pos = {j: p for p, j in enumerate(self.active)}
-        h = np.array([self.stencil * scale[pos[j]] for j in cont])
-        diffs = stencil_differences(y_all, self.stencil_kind, h)
-        bias = np.zeros(len(cont))
-        if self.stencil_kind == "forward" and model is not None and cont:
-            bias = self._forward_bias(model, ys, scale, cont, g_mean)
+        cont, h, diffs, bias, carried = self._stencil_terms(y_all, scale, g_mean, model, ys)
         noise_std = 0.0
         if model is not None:
             noise_std = float(model.likelihood.noise.detach().reshape(-1)[0].clamp_min(0.0).sqrt()) * ys
-        carried = 2.0 if self.stencil_kind == "forward" else 0.5
         wide, replaced = [], []
-        for j, d, b, hj in zip(cont, diffs, bias, h, strict=True):
+        for j, d, b, hj, c in zip(cont, diffs, bias, h, carried, strict=True):
             gap = abs(d - g_mean[j])
             outside = gap > g_std[j]  # the difference lies outside the surrogate's error bar ...
             if outside:
                 wide.append(f"{self.feature_names[j]} ({g_mean[j]:.4g} ± {g_std[j]:.2g} against {d:.4g})")
             g_std[j] = float(np.hypot(np.hypot(g_std[j], gap), b))  # no overflow for outputs ~1e160
-            if outside and gap > float(np.hypot(b, math.sqrt(carried) * noise_std / hj)):  # ... and vice versa
+            if outside and gap > float(np.hypot(b, math.sqrt(c) * noise_std / hj)):  # ... and vice versa
                 replaced.append(j)
                 g_mean[j] = d
         if wide:

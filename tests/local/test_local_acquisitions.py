@@ -20,16 +20,14 @@ def data():
 
 @pytest.mark.parametrize("acquisition", ACQUISITIONS)
 def test_every_acquisition_runs_with_batches(acquisition, data):
-    res = LocalGPExplainer(
-        black_box, data, acquisition=acquisition, budget=10, n_initial=3, q=3, seed=0, raw_samples=16, num_mc_points=32
-    ).explain(data[2])
+    # the defaults' relevance (SAAS, bagged) is deterministic under the seed: test_local_relevance_bootstrap.py
+    kw = dict(acquisition=acquisition, budget=10, n_initial=3, q=3, seed=0, raw_samples=16, num_mc_points=32)
+    res = LocalGPExplainer(black_box, data, **kw, **NO_RELEVANCE).explain(data[2])
     assert res.x_samples.shape == (10, 3)  # 1 + 3 initial, then 3 + 3, (the last batch cut to fit)
     assert np.isfinite(res.gradient_mean).all() and np.isfinite(res.gradient_std).all()
     assert len(np.unique(res.x_samples, axis=0)) >= 8
     # deterministic under the seed, for every acquisition and with batches
-    again = LocalGPExplainer(
-        black_box, data, acquisition=acquisition, budget=10, n_initial=3, q=3, seed=0, raw_samples=16, num_mc_points=32
-    ).explain(data[2])
+    again = LocalGPExplainer(black_box, data, **kw, **NO_RELEVANCE).explain(data[2])
     np.testing.assert_array_equal(again.x_samples, res.x_samples)
     np.testing.assert_array_equal(again.relevance, res.relevance)
     np.testing.assert_array_equal(again.gradient_mean, res.gradient_mean)
