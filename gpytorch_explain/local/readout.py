@@ -185,10 +185,11 @@ class _ReadoutMixin:
         return cont, h, diffs, bias, carried
 
     def _completion_features(self, model, u0, ys: float, scale, y_all, calls: int) -> list[int]:
-        r"""The features (at most ``calls``) whose forward difference to complete to a central one: those where the
-        stencil check would widen the surrogate's std most, :math:`\sqrt{(d_j - m_j)^2 + b_j^2} / s_j` largest
-        and above 1 (the forward difference's truncation estimate :math:`b_j`, or its gap to the surrogate's slope,
-        exceeds that slope's std). ``y_all`` on the surrogates' scale."""
+        r"""The features (at most ``calls``) whose forward difference to complete to a central one: those where
+        :math:`\sqrt{(d_j - m_j)^2 + b_j^2}` (the forward difference's gap to the surrogate's slope and its
+        truncation estimate) exceeds the surrogate's std :math:`s_j`, the largest first in standardised output per
+        box half-width (a ratio to :math:`s_j` would pick features without effect, whose stds are tiny). ``y_all``
+        on the surrogates' scale."""
         amodel = self._attribution_model(model)
         grad = PosteriorGradient(amodel)(u0[None])
         act = self.active
