@@ -7,8 +7,8 @@ the slope of a steep feature changes within a few stencil steps of ``x``, where 
 truncation error :math:`h f''/2` is largest. Case ``i`` draws its black box from ``RandomState(100 + i)`` and
 explains its first training row with ``seed=i``. Per setting: how many true gradients lie outside two of the
 reported stds, the median and mean |error| and the median and mean std (user units), and the CPU seconds per
-explanation. The two settings differ only in ``stencil_completion``: 0.5 (the forward stencil completed to central
-differences) against 0 (the default: forward differences only), so the ratios are measured in the same run.
+explanation. The two settings differ only in ``stencil_completion``: 0.5 (the default: the forward stencil completed
+to central differences) against 0 (forward differences only), so the ratios are measured in the same run.
 ``relevance_prior="lognormal", relevance_bootstrap=0``: the gradient does not depend on them (faster).
 
 Usage::
@@ -96,8 +96,8 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=str(RESULTS / "local_steep_features.txt"))
     args = p.parse_args(argv)
     lines = [
-        "LocalGPExplainer on random black boxes with steep tanh features near x: stencil_completion=0.5 against 0 "
-        "(the default)",
+        "LocalGPExplainer on random black boxes with steep tanh features near x: stencil_completion=0.5 (the "
+        "default) against 0",
         f"command: PYTHONPATH=$PWD python benchmarks/local_steep_features.py {' '.join(sys.argv[1:])}".rstrip(),
         "",
         f"{'D':>3}{'budget':>7}{'cases':>6} {'design':<8}{'completion':>11}{'calls':>6}{'completed':>10}"

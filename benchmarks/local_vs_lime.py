@@ -302,6 +302,8 @@ _ABBREV = {
     # it (2026-11-29): only the gradient differs
     "stencil_mean=surrogate": "surrogate-mean",
     "stencil_completion=": "sc=",
+    # made while stencil_completion chose the features by doubt even when the calls sufficed for all (2026-11-29)
+    "completion_pick=doubt": "doubt-pick",
 }
 
 
@@ -475,6 +477,7 @@ _OLD_RECORDS = (
     "linear_trend=False",
     "trend_start=warm",
     "stencil_mean=surrogate",
+    "completion_pick=doubt",
 )
 
 
@@ -516,8 +519,8 @@ def main(argv=None) -> None:
         "--stencil-completion",
         type=float,
         default=None,
-        help="LocalGPExplainer(stencil_completion=...) (default: the library's, 0: forward differences only, as every "
-        "record made before the option existed)",
+        help="LocalGPExplainer(stencil_completion=...) (default: the library's, 0.5 since 2026-11-29; records of "
+        "settings that reach it made before are labelled stencil_completion=0.0)",
     )
     p.add_argument("--num-restarts", type=int, default=None, help="num_restarts (default: the library's)")
     p.add_argument("--raw-samples", type=int, default=None, help="raw_samples (default: the library's)")

@@ -234,22 +234,23 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
         ``"auto"``: central when it fits (see ``stencil``), else forward. ``self.stencil_kind`` holds the design
         used.
     :param stencil_completion: the share of the acquisition's calls (those after ``x``, the stencil and the Sobol
-        points) that the forward stencil may spend completing itself to central differences (default 0: off). Once
-        only that many calls are left, the black box is called at :math:`\mathbf x - \delta r\sigma_j\mathbf e_j`
-        (one batch) for the features whose forward difference is most in doubt (where its truncation estimate, or its
-        gap to the surrogate's slope, exceeds that slope's std; the largest first, in standardised output per box
+        points) that the forward stencil may spend completing itself to central differences (default 0.5; 0 turns it
+        off). Once only that many calls are left, the black box is called at
+        :math:`\mathbf x - \delta r\sigma_j\mathbf e_j` (one batch) for every stenciled feature when the calls
+        suffice, else for the features whose forward difference is most in doubt (where its truncation estimate, or
+        its gap to the surrogate's slope, exceeds that slope's std; the largest first, in standardised output per box
         half-width), and the stencil check reads the central difference there: truncation :math:`O(h^2 f^{(3)})`
         instead of :math:`O(h f'')`. Calls the completion does not need go back to the acquisition; the rows are in
         ``x_samples`` and ``result.warnings`` names the features ("stencil completion"). Only with the forward
         stencil, and only when the acquisition has at least half a call per stenciled feature (with fewer, the calls
-        it takes cost the surrogate more than the central differences give). For smooth black boxes whose slope
-        changes within a few steps of ``x``: on random black boxes with steep tanh features near ``x``
-        (``benchmarks/local_steep_features.py``), 0.5 took the true gradients outside two stds from 13 to 8 of 192
-        (8 features, forward stencil, 40 calls) and from 26 to 19 of 192 (12 features, 30 calls) and cut the mean
-        error to 0.47-0.68x. Off by default because on a tree ensemble the completed features (chosen by the
-        surrogate, so by the seed) flip between the forward and the central difference from seed to seed: on Boston /
-        ExtraTrees (13 features, 50 calls) 0.5 made the gradient's inconsistency 0.068 against 0.045, for about 2 s
-        more CPU per explanation (``benchmarks/results/local_vs_lime.txt``).
+        it takes cost the surrogate more than the central differences give): at 50 calls, 13-26 continuous features.
+        On random black boxes with steep tanh features near ``x`` (``benchmarks/local_steep_features.py``) it took
+        the true gradients outside two stds from 13 to 5 of 192 (8 features, forward stencil, 40 calls: every feature
+        completed) and from 26 to 19 of 192 (12 features, 30 calls) and cut the mean error to 0.28-0.68x. On
+        Boston / ExtraTrees (13 features, 50 calls, every feature completed) the gradient's inconsistency went 0.045
+        to 0.0427 and 1/l's 0.091 to 0.0741 (``benchmarks/results/local_vs_lime.txt``). Choosing only the features
+        in doubt there made the gradient less steady (0.068): the choice depends on the surrogate and so on the seed,
+        and a tree's forward and central differences differ, hence every feature whenever the calls suffice.
     :param link: the output scale of the surrogates. ``"identity"`` (default): the black box's outputs.
         ``"logit"``: for a black box returning probabilities (a classifier's ``predict_proba[:, k]``), the surrogates
         model :math:`\operatorname{logit} p`, where a smooth classifier stays smooth while :math:`p` saturates; the
@@ -312,7 +313,7 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
         relevance_bootstrap: int = 8,
         stencil: float | str | None = "auto",
         stencil_kind: str = "auto",
-        stencil_completion: float = 0.0,
+        stencil_completion: float = 0.5,
         link: str = "identity",
     ):
         data, cats, names, self.codec = as_training_array(training_data, categorical_features, feature_names)

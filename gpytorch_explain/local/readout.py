@@ -185,11 +185,18 @@ class _ReadoutMixin:
         return cont, h, diffs, bias, carried
 
     def _completion_features(self, model, u0, ys: float, scale, y_all, calls: int) -> list[int]:
-        r"""The features (at most ``calls``) whose forward difference to complete to a central one: those where
-        :math:`\sqrt{(d_j - m_j)^2 + b_j^2}` (the forward difference's gap to the surrogate's slope and its
-        truncation estimate) exceeds the surrogate's std :math:`s_j`, the largest first in standardised output per
-        box half-width (a ratio to :math:`s_j` would pick features without effect, whose stds are tiny). ``y_all``
-        on the surrogates' scale."""
+        r"""The features whose forward difference to complete to a central one: every stenciled feature when
+        ``calls`` suffice, else (at most ``calls``) those where :math:`\sqrt{(d_j - m_j)^2 + b_j^2}` (the forward
+        difference's gap to the surrogate's slope and its truncation estimate) exceeds the surrogate's std
+        :math:`s_j`, the largest first in standardised output per box half-width (a ratio to :math:`s_j` would pick
+        features without effect, whose stds are tiny). A choice that depends on the surrogate depends on the seed:
+        on a tree ensemble a feature's reading then switches between the forward and the central difference from
+        seed to seed, which completing every feature avoids (and needs no surrogate). ``y_all`` on the surrogates'
+        scale."""
+        done = getattr(self, "_backward", None) or {}
+        todo = [j for j in self.active if j not in self.categorical_features and j not in done]
+        if len(todo) <= calls:  # every one: the same rows whatever the seed
+            return todo
         amodel = self._attribution_model(model)
         grad = PosteriorGradient(amodel)(u0[None])
         act = self.active
@@ -197,7 +204,6 @@ class _ReadoutMixin:
         g_mean[act] = _to_numpy(grad.mean[0]) * ys / scale
         g_std[act] = np.sqrt(np.clip(_to_numpy(grad.variance[0]), 0, None)) * ys / scale
         cont, _, diffs, bias, _ = self._stencil_terms(y_all, scale, g_mean, amodel, ys)
-        done = getattr(self, "_backward", None) or {}
         pos = {j: p for p, j in enumerate(act)}
         doubt = []
         for j, d, b in zip(cont, diffs, bias, strict=True):
