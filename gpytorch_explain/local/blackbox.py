@@ -3,6 +3,7 @@ r"""Adapters that turn any prediction function into a validated black box ``(m, 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +64,8 @@ def from_sklearn_regressor(model: Any) -> Callable[[np.ndarray], np.ndarray]:
         out = np.asarray(model.predict(_with_feature_names(model, X)))
         if out.ndim == 2 and out.shape[1] == 1:
             out = out[:, 0]
+        elif out.ndim == 0 and len(X) == 1:  # one number for one row (e.g. a net ending in .squeeze())
+            out = out.reshape(1)
         if out.shape != (len(X),):
             raise ValueError(
                 f"{type(model).__name__}.predict returned shape {out.shape} for {len(X)} rows; a multi-output "
@@ -105,7 +108,9 @@ def from_sklearn_classifier(
     itself with surrogates of its logit, keep ``output="probability"`` and pass ``link="logit"`` to
     :class:`~gpytorch_explain.local.LocalGPExplainer`. A model fitted on a DataFrame gets arrays as DataFrames with its
     ``feature_names_in_``. ``class_index`` is a column of ``predict_proba`` or one of ``model.classes_`` (e.g.
-    ``"malignant"``).
+    ``"malignant"``). An int is a column; where it is also a label of another column (``classes_ = [1, 2]``,
+    ``class_index=1``) a warning names both, and an int label past the last column (``class_index=2`` there) is
+    that label.
 
     Example:
         >>> import numpy as np
@@ -132,6 +137,19 @@ def from_sklearn_classifier(
             raise TypeError(
                 f"class_index must be a column index of predict_proba (an int) or one of the classifier's labels "
                 f"{labels[:10]}, got {class_index!r}."
+            )
+    else:  # an int: a column of predict_proba, unless only a label reading makes sense
+        labels = [] if classes is None else list(np.asarray(classes).tolist())
+        in_range = classes is None or 0 <= int(class_index) < len(classes)
+        if not in_range and class_index in labels:  # e.g. classes_ = [1, 2] and class_index=2: the label 2
+            class_index = labels.index(class_index)
+        elif in_range and class_index in labels and labels.index(class_index) != int(class_index):
+            warnings.warn(
+                f"class_index={class_index} is read as column {int(class_index)} of predict_proba (the class "
+                f"{labels[int(class_index)]!r}); the classifier's labels {labels[:10]} also include {class_index!r}, "
+                f"at column {labels.index(class_index)}. Pass class_index={labels.index(class_index)} for that class.",
+                UserWarning,
+                stacklevel=2,
             )
     if classes is not None and not 0 <= int(class_index) < len(classes):
         raise ValueError(f"class_index {class_index} is out of range for a classifier with {len(classes)} classes.")
@@ -160,7 +178,7 @@ class BlackBox:
     none; a module on a GPU gets CUDA tensors), evaluated under ``torch.no_grad()``;
     with ``decode`` given (``input_type="auto"`` or ``"pandas"``), other callables receive ``decode(X)``, e.g. the
     pandas DataFrame of :meth:`gpytorch_explain.local.FrameCodec.decode`; otherwise a numpy array.
-    The output may be a numpy array, list or tensor of ``m`` real numbers (``(m,)`` or ``(m, 1)``). Wrong shapes,
+    The output may be a numpy array, list or tensor of ``m`` real numbers (``(m,)`` or ``(m, 1)``; one number for ``m = 1``). Wrong shapes,
     complex values, NaN and inf are errors naming the problem.
     The number of rows evaluated so far is counted in the attribute ``calls``; the rows of the latest call, as
     ``predict_fn`` received them (e.g. rounded to float32 for a float32 module) and cast back to float64, are in
@@ -225,7 +243,15 @@ class BlackBox:
                 ) from err
         else:
             received = X.copy()
-            out = self.predict_fn(X.copy())
+            try:
+                out = self.predict_fn(X.copy())
+            except TypeError as err:
+                if "tensor" not in str(err).lower():
+                    raise
+                raise TypeError(
+                    f"predict_fn raised TypeError on a float64 numpy array of shape {X.shape}: {err}. If it expects "
+                    "torch tensors, pass input_type='torch' (torch.nn.Modules get tensors without it)."
+                ) from err
         if torch.is_tensor(out):
             out = out.detach().cpu()
             out = (out.resolve_conj() if out.is_complex() else out.double()).numpy()
@@ -249,6 +275,8 @@ class BlackBox:
             )
         if out.ndim == 2 and out.shape[1] == 1:
             out = out[:, 0]
+        elif out.ndim == 0 and m == 1:  # one number for one row (e.g. a net ending in .squeeze())
+            out = out.reshape(1)
         if out.shape != (m,):
             hint = " (for a classifier use from_sklearn_classifier(model, class_index))" if out.ndim == 2 else ""
             raise ValueError(f"predict_fn returned shape {out.shape} for {m} rows; expected ({m},){hint}.")

@@ -450,7 +450,10 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
     def _to_user(self, U: torch.Tensor, x: np.ndarray, scale: np.ndarray) -> np.ndarray:
         X = np.tile(x, (U.shape[0], 1))
         X[:, self.active] = x[self.active] + _to_numpy(U) * scale
+        active = set(self.active.tolist())
         for c in self.categorical_features:  # snap the codes back to the exact seen values
+            if c not in active:  # never perturbed: every row keeps x's value, seen or not
+                continue
             vals = self.categorical_values[c]
             X[:, c] = vals[np.abs(X[:, c][:, None] - vals[None, :]).argmin(1)]
         return X
@@ -600,7 +603,8 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
                     continue
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                U_new = self._propose(model, u0, bounds, min(self.q, self.budget - n), cat_pos, x, scale, rng)
+                left = self.budget - n - (0 if completed else self._completion_calls)  # > 0: kept calls stay kept
+                U_new = self._propose(model, u0, bounds, min(self.q, left), cat_pos, x, scale, rng)
             messages += [
                 f"acquisition (n={n}): {w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught
             ]
@@ -615,8 +619,13 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
             names = [self.feature_names[j] for j in self._backward]
             messages.append(
                 f"stencil completion: {len(names)} call(s) at x - δ·rσ e_j made the forward difference central for "
-                f"{', '.join(names[:5])}{', ...' if len(names) > 5 else ''} (where the forward difference's "
-                "truncation estimate or its gap to the surrogate's slope exceeded that slope's std)"
+                f"{', '.join(names[:5])}{', ...' if len(names) > 5 else ''} "
+                + (
+                    "(every stenciled feature)"
+                    if len(names) == len([j for j in act if j not in self.categorical_features])
+                    else "(too few calls for every stenciled feature: those where the forward difference's truncation "
+                    "estimate or its gap to the surrogate's slope exceeded that slope's std)"
+                )
             )
         if self._replaced:
             at = ", ".join(map(str, self._replaced[:10])) + (", ..." if len(self._replaced) > 10 else "")

@@ -42,6 +42,8 @@ _DT = torch.float64
 #: the relevance surrogate's slope scale along feature i, sqrt(outputscale) / l_i (the prior std of its derivative, in
 #: standardised outputs per box half-width); below this for every feature, it found no feature with an effect
 _NO_EFFECT_SLOPE = 0.01
+#: an interval (in stds) beyond which the box is wider than most training data and the result says so
+_WIDE_INTERVAL = 4.0
 #: where the forward stencil's truncation error reads the surrogate's curvature: this far from x, in box half-widths
 _CURVATURE_STEP = 0.5
 
@@ -295,6 +297,14 @@ class _ReadoutMixin:
         factor = slope_factor(self.link, y_all[0])  # ∂p/∂g at x (1 for the identity link): exact, p(x) is observed
         g_mean *= factor
         g_std *= factor
+        if self.interval > _WIDE_INTERVAL:
+            step = f"; the stencil's step is {self.stencil * self.interval:.3g}σ" if self.stencil is not None else ""
+            messages.append(
+                f"interval: the box x ± {self.interval:g}σ is wider than most of the training data (within "
+                f"±{_WIDE_INTERVAL:g}σ of its mean){step}, so the gradient and its std describe the black box at that "
+                "scale, not the slope at x (a smooth black box can curve within it); a smaller interval reads the "
+                "slope at x."
+            )
         if self.stencil is None and self._stencil_off_reason is not None:
             messages.append(
                 f"stencil: off ({self._stencil_off_reason}), so gradient_std is the surrogate's alone, with no "
@@ -321,6 +331,26 @@ class _ReadoutMixin:
                     f"up to {far:.3g} box half-widths from x), so the integrated gradients extrapolate the surrogate "
                     "beyond its samples and their stds can be far too small; use a baseline inside the box or a "
                     "larger interval."
+                )
+            fixed = [j for j in np.setdiff1d(np.arange(D), act) if b[j] != x[j]]
+            if fixed:
+                messages.append(
+                    f"baseline: {len(fixed)} feature(s) with zero variance in training_data "
+                    f"({', '.join(self.feature_names[j] for j in fixed[:5])}{', ...' if len(fixed) > 5 else ''}) "
+                    "are never perturbed, so their baseline is x's value (result.baseline) and their integrated "
+                    "gradient 0; the surrogate cannot attribute a change it never sampled."
+                )
+            unseen = [
+                j
+                for j in self.categorical_features
+                if j in set(act.tolist()) and not np.isclose(self.categorical_values[j], b[j], rtol=0, atol=1e-9).any()
+            ]
+            if unseen:
+                messages.append(
+                    f"baseline: a value training_data never takes for categorical feature(s) "
+                    f"{', '.join(f'{self.feature_names[j]} ({b[j]:g})' for j in unseen[:5])}"
+                    f"{', ...' if len(unseen) > 5 else ''}; the samples only take seen values, so the integrated "
+                    "gradients extrapolate the surrogate there."
                 )
         b[np.setdiff1d(np.arange(D), act)] = x[np.setdiff1d(np.arange(D), act)]
         ub = self._to_u(b[None, :], x, scale)[0]
@@ -351,6 +381,11 @@ class _ReadoutMixin:
             messages.append(
                 f"low fidelity: leave-one-out R² = {fidelity:.3f} < 0.5; the surrogate explains the "
                 "black box poorly in this box (try a smaller interval or a larger budget)."
+            )
+        elif not np.isfinite(fidelity):
+            messages.append(
+                "fidelity: NaN, since the black box returned the same value at every sample (leave-one-out R² has "
+                "no variance to explain); the gradient is 0 within its std and the relevances mean nothing."
             )
         messages += link_hint(self.link, y_all, self._returns_probability)
 

@@ -56,7 +56,8 @@ class LocalExplanation:
         ``torch.nn.Module`` gets (and the surrogates are fitted on) the rows rounded to float32, here cast back to
         float64.
     :ivar y_samples: ``(n,)`` the black box's outputs.
-    :ivar fidelity: leave-one-out :math:`R^2` of the surrogate on its samples (closed form).
+    :ivar fidelity: leave-one-out :math:`R^2` of the surrogate on its samples (closed form); NaN when the black box
+        returned the same value at every sample (``warnings`` says so).
     :ivar warnings: messages from the surrogate fits and checks (empty when all went well).
     :ivar link: the surrogates' output scale, ``"identity"`` or ``"logit"`` (see above).
     :ivar codec: for ``training_data`` given as a pandas DataFrame, its

@@ -216,7 +216,8 @@ class FrameCodec:
 
 
 def resolve_columns(features: Sequence[int | str] | None, columns: list | None, D: int | None = None) -> list[int]:
-    """Positions of ``features`` (positions, numpy integers, or column labels when ``columns`` is given)."""
+    """Positions of ``features`` (positions, negative ones from the end, numpy integers, or column labels / feature
+    names when ``columns`` is given)."""
     if features is None:
         return []
     if isinstance(features, (str, bytes)) or not hasattr(features, "__iter__"):
@@ -230,9 +231,9 @@ def resolve_columns(features: Sequence[int | str] | None, columns: list | None, 
         if isinstance(f, (bool, np.bool_)) or not isinstance(f, (int, np.integer)):
             known = f"; columns: {columns}" if columns is not None else ""
             raise ValueError(f"categorical feature {f!r} is neither an index nor a column name{known}.")
-        if not 0 <= int(f) < D:
+        if not -D <= int(f) < D:
             raise IndexError(f"categorical feature index {f} is out of range for D = {D} features.")
-        out.append(int(f))
+        out.append(int(f) % D)  # a negative index counts from the end, as in Python
     if len(set(out)) != len(out):
         raise ValueError(f"categorical_features has duplicates: {list(features)}.")
     return out
@@ -261,7 +262,15 @@ def as_training_array(
             ) from err
         if data.ndim != 2:
             raise ValueError(f"training_data must be (N, D) with N >= 2, got shape {data.shape}.")
-        cats = sorted(resolve_columns(categorical_features, None, data.shape[1]))
+        named = (  # categorical features may be named by feature_names
+            [str(n) for n in feature_names]
+            if feature_names is not None
+            and not isinstance(feature_names, (str, bytes))
+            and hasattr(feature_names, "__len__")
+            and len(feature_names) == data.shape[1]
+            else None
+        )
+        cats = sorted(resolve_columns(categorical_features, named, data.shape[1]))
         default_names = [f"x{j}" for j in range(data.shape[1])]
     if data.ndim != 2 or data.shape[0] < 2:
         raise ValueError(f"training_data must be (N, D) with N >= 2, got shape {data.shape}.")
