@@ -178,8 +178,8 @@ class BlackBox:
     none; a module on a GPU gets CUDA tensors), evaluated under ``torch.no_grad()``;
     with ``decode`` given (``input_type="auto"`` or ``"pandas"``), other callables receive ``decode(X)``, e.g. the
     pandas DataFrame of :meth:`gpytorch_explain.local.FrameCodec.decode`; otherwise a numpy array.
-    The output may be a numpy array, list or tensor of ``m`` real numbers (``(m,)`` or ``(m, 1)``; one number for ``m = 1``). Wrong shapes,
-    complex values, NaN and inf are errors naming the problem.
+    The output may be a numpy array, list or tensor of ``m`` real numbers (``(m,)`` or ``(m, 1)``; one number for
+    ``m = 1``). Wrong shapes, complex values, NaN and inf are errors naming the problem.
     The number of rows evaluated so far is counted in the attribute ``calls``; the rows of the latest call, as
     ``predict_fn`` received them (e.g. rounded to float32 for a float32 module) and cast back to float64, are in
     ``last_input``.

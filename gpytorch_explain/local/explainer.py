@@ -56,17 +56,18 @@ from botorch.utils.sampling import draw_sobol_samples
 from ._arguments import _as_bool, _as_count, _as_int, _as_real
 from .acquisition import ACQUISITIONS
 from .blackbox import BlackBox
+from .box import _BoxMixin
 from .link import check_link, to_link_scale
 from .proposals import _MAX_ENUMERATED_COMBOS, _RANDOM_COMBOS, _ProposalMixin
 from .readout import _ReadoutMixin, _relevance_of
-from .result import LocalExplanation, _to_numpy
+from .result import LocalExplanation
 from .stencil import choose_stencil, stencil_rows
 from .surrogate import (
     DEFAULT_PRIOR_SCALE,
     fit_surrogate,
     make_surrogate,
 )
-from .tabular import as_instance, as_training_array
+from .tabular import as_training_array
 
 __all__ = ["LocalGPExplainer"]
 
@@ -103,7 +104,7 @@ def _tagged(tag: str, model, **kwargs) -> list[str]:
     return [f"{tag}: {m}" for m in fit_surrogate(model, **kwargs)]
 
 
-class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
+class LocalGPExplainer(_BoxMixin, _ProposalMixin, _ReadoutMixin):
     r"""Explain any black box locally with a GP surrogate sampled by Bayesian optimisation.
 
     :param predict_fn: callable mapping an ``(m, D)`` float array to ``m`` numbers (numpy, list or tensor);
@@ -417,50 +418,6 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
         self.progress = _as_bool("progress", progress)
         self.link = check_link(link)
 
-    # ------------------------------------------------------------------ coordinates
-    def _check_x(self, x, name: str = "x") -> np.ndarray:
-        x = as_instance(x, self.num_features, self.codec, name)
-        if not np.isfinite(x).all():
-            raise ValueError(f"{name} contains NaN or infinite values.")
-        return x
-
-    def _warn_unseen_categories(self, x: np.ndarray) -> None:
-        """A ``UserWarning`` for each categorical feature whose value in ``x`` is not among the training data's."""
-        for c in self.categorical_features:
-            vals = self.categorical_values[c]
-            if np.isin(x[c], vals):
-                continue
-            if self.codec is not None and c in self.codec.levels:
-                shown, value = self.codec.seen_text(c), repr(self.codec.levels[c][int(x[c])])
-            else:
-                shown, value = ", ".join(f"{v:g}" for v in vals[:10]) + (", ..." if vals.size > 10 else ""), f"{x[c]:g}"
-            rest = (
-                ("so are its stencil rows; " if self.stencil is not None else "")
-                + "the other samples take seen values only"
-                if c in self.active
-                else "the feature has zero variance in training_data, so every sample keeps x's value"
-            )
-            warnings.warn(
-                f"x's categorical feature {self.feature_names[c]!r} (index {c}) has the value {value}, which "
-                f"training_data never takes (seen: {shown}); x itself is evaluated with it, {rest}.",
-                UserWarning,
-                stacklevel=3,
-            )
-
-    def _to_user(self, U: torch.Tensor, x: np.ndarray, scale: np.ndarray) -> np.ndarray:
-        X = np.tile(x, (U.shape[0], 1))
-        X[:, self.active] = x[self.active] + _to_numpy(U) * scale
-        active = set(self.active.tolist())
-        for c in self.categorical_features:  # snap the codes back to the exact seen values
-            if c not in active:  # never perturbed: every row keeps x's value, seen or not
-                continue
-            vals = self.categorical_values[c]
-            X[:, c] = vals[np.abs(X[:, c][:, None] - vals[None, :]).argmin(1)]
-        return X
-
-    def _to_u(self, X: np.ndarray, x: np.ndarray, scale: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor((X[:, self.active] - x[self.active]) / scale, dtype=_DT)
-
     # ------------------------------------------------------------------ main loop
     def explain(self, x, baseline=None) -> LocalExplanation:
         """Explain the black box at ``x`` (``(D,)``, numpy or tensor); see the module docstring for the steps.
@@ -589,13 +546,7 @@ class LocalGPExplainer(_ProposalMixin, _ReadoutMixin):
                 completed = True
                 js = self._completion_features(model, u0, ys, scale, g_all, self.budget - n)
                 if js:
-                    pos = {j: p for p, j in enumerate(act)}
-                    U_back = torch.zeros(len(js), d, dtype=_DT)
-                    for k, j in enumerate(js):
-                        U_back[k, pos[j]] = -self.stencil
-                    X_back = self._to_user(U_back, x, scale)
-                    X_back[:, self.categorical_features] = x[self.categorical_features]
-                    y_new = self.black_box(X_back)
+                    y_new = self.black_box(self._backward_rows(js, x, scale))
                     self._backward.update({int(j): len(y_all) + k for k, j in enumerate(js)})
                     X_all, y_all = np.vstack([X_all, self.black_box.last_input]), np.concatenate([y_all, y_new])
                     if bar is not None:
