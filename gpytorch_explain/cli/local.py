@@ -30,12 +30,16 @@ from .dataio import (
 __all__ = ["add_parser", "run"]
 
 ACQUISITIONS = ("lcb", "ei", "pi", "mpi", "variance", "integrated_variance", "gradient")
+#: the names of gpytorch_explain.local.PRESETS (listed here so that --help does not import BoTorch)
+PRESET_NAMES = ("tree", "smooth_classifier")
 
 EXAMPLES = """\
 examples:
   gpytorch-explain local --sklearn model.joblib data.csv --row 3
   gpytorch-explain local --sklearn model.joblib data.csv --row 3 --target y --budget 30 --out local.csv
   gpytorch-explain local --sklearn clf.joblib data.csv --row 0 --class-index 1 --acquisition gradient --plot r0.png
+  gpytorch-explain local --sklearn forest.joblib data.csv --row 3 --preset tree
+  gpytorch-explain local --sklearn svc.joblib data.csv --row 0 --preset smooth_classifier
 
 Rows count from 0 (the first line after the header). Every other column is a feature, in the order the model
 was fitted on; drop the label column with --target. Classifiers are explained through predict_proba[:, k].
@@ -60,7 +64,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("data", help="CSV file of training data (header row); one of its rows is explained")
     parser.add_argument("--row", type=int, required=True, help="the row to explain (0 = first data row)")
     parser.add_argument("--budget", type=int, default=50, help="black-box calls, the row itself included (50)")
-    parser.add_argument("--acquisition", choices=ACQUISITIONS, default="lcb", help="how samples are chosen (lcb)")
+    parser.add_argument("--acquisition", choices=ACQUISITIONS, help="how samples are chosen (lcb, or the preset's)")
+    parser.add_argument(
+        "--preset",
+        choices=PRESET_NAMES,
+        help="a setting for a kind of model (gpytorch_explain.local.PRESETS): 'tree' for tree ensembles (random "
+        "forests, extra trees, boosting), 'smooth_classifier' for the probability of a smooth classifier (SVC, "
+        "logistic regression, MLP); --acquisition and --interval override it",
+    )
+    parser.add_argument(
+        "--interval", type=float, help="sample within x ± INTERVAL·std of each feature (1, or the preset's)"
+    )
     parser.add_argument("--target", metavar="COLUMN", help="a column to drop (e.g. the label)")
     parser.add_argument(
         "--class-index",
@@ -108,6 +122,8 @@ def _black_box(estimator, class_index: int | None):
             k = 1 if class_index is None else class_index
             predict = from_sklearn_classifier(estimator, class_index=k)
             classes = getattr(estimator, "classes_", None)
+            if classes is not None and not 0 <= k < len(classes):  # an int label past the columns: its column
+                k = list(np.asarray(classes).tolist()).index(k)
             label = f"P(class = {str(classes[k])!r})" if classes is not None else f"predict_proba[:, {k}]"
             return predict, label
         return from_sklearn_regressor(estimator), "prediction"
@@ -229,16 +245,22 @@ def run(args: argparse.Namespace) -> int:
 
         require_matplotlib()
     from .. import LocalGPExplainer
+    from ..local import PRESETS
 
+    settings = dict(PRESETS[args.preset]) if args.preset is not None else {}
+    if args.acquisition is not None:
+        settings["acquisition"] = args.acquisition
+    if args.interval is not None:
+        settings["interval"] = args.interval
     try:
         explainer = LocalGPExplainer(
             quiet_predict,
             data,
-            acquisition=args.acquisition,
             budget=args.budget,
             feature_names=features,
             seed=args.seed,
             progress=not args.quiet,
+            **settings,
         )
     except (ValueError, IndexError, TypeError) as err:
         raise CLIError(str(err)) from None

@@ -11,6 +11,7 @@ import_botorch()
 from .acquisition import ACQUISITIONS, GradientVarianceReduction  # noqa: E402 (after the settings-preserving BoTorch import)
 from .blackbox import BlackBox, from_sklearn_classifier, from_sklearn_regressor  # noqa: E402 (after the settings-preserving BoTorch import)
 from .explainer import LocalGPExplainer  # noqa: E402 (after the settings-preserving BoTorch import)
+from .presets import PRESETS  # noqa: E402 (after the settings-preserving BoTorch import)
 from .result import LocalExplanation  # noqa: E402 (after the settings-preserving BoTorch import)
 from .surrogate import loo_predictions, loo_r2  # noqa: E402 (after the settings-preserving BoTorch import)
 from .tabular import FrameCodec  # noqa: E402 (after the settings-preserving BoTorch import)
@@ -22,6 +23,7 @@ __all__ = [
     "GradientVarianceReduction",
     "LocalExplanation",
     "LocalGPExplainer",
+    "PRESETS",
     "from_sklearn_classifier",
     "from_sklearn_regressor",
     "loo_predictions",

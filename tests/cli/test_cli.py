@@ -311,7 +311,8 @@ def test_help_of_each_subcommand(command, capsys):
     out = capsys.readouterr().out
     assert f"gpytorch-explain {command}" in out and "examples:" in out
     expected = {"fit": ["--target", "--features", "--z", "--model", "--nan"], "explain": ["--plots", "--row-ids"],
-                "local": ["--sklearn", "--row", "--budget", "--acquisition", "--class-index"]}  # fmt: skip
+                "local": ["--sklearn", "--row", "--budget", "--acquisition", "--class-index", "--preset",
+                          "--interval"]}  # fmt: skip
     for option in expected[command]:
         assert option in out
 
@@ -324,6 +325,40 @@ def test_console_script_and_acquisitions_are_wired():
     from gpytorch_explain.local.acquisition import ACQUISITIONS as LIBRARY
 
     assert ACQUISITIONS == LIBRARY
+    from gpytorch_explain.cli.local import PRESET_NAMES
+    from gpytorch_explain.local import PRESETS
+
+    assert PRESET_NAMES == tuple(PRESETS)
+
+
+def test_local_presets_and_their_overrides(tmp_path, capsys, monkeypatch):
+    """--preset passes gpytorch_explain.local.PRESETS[name] to the explainer; --acquisition and --interval override
+    it (the summary names the acquisition)."""
+    joblib = pytest.importorskip("joblib")
+    ensemble = pytest.importorskip("sklearn.ensemble")
+    import gpytorch_explain.local as local
+
+    X = np.random.default_rng(5).normal(size=(60, 3))
+    write_csv(tmp_path / "d.csv", FEATURES, X.tolist())
+    forest = ensemble.RandomForestRegressor(n_estimators=10, random_state=0).fit(X, X[:, 0] + X[:, 1] ** 2)
+    joblib.dump(forest, tmp_path / "f.joblib")
+    seen = []
+    real = local.LocalGPExplainer
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("gpytorch_explain.LocalGPExplainer", spy)
+    base = ["local", "--sklearn", str(tmp_path / "f.joblib"), str(tmp_path / "d.csv"), "--row", "1", "--budget",
+            "12", "--quiet"]  # fmt: skip
+    assert main([*base, "--preset", "tree"]) == 0
+    assert "(variance," in capsys.readouterr().out.splitlines()[1]
+    assert {k: seen[-1][k] for k in local.PRESETS["tree"]} == dict(local.PRESETS["tree"])
+    assert main([*base, "--preset", "tree", "--acquisition", "lcb", "--interval", "0.5"]) == 0
+    assert "(lcb," in capsys.readouterr().out.splitlines()[1]
+    assert seen[-1]["acquisition"] == "lcb" and seen[-1]["interval"] == 0.5 and seen[-1]["stencil"] is None
+    assert main(base) == 0 and not set(seen[-1]) & set(local.PRESETS["tree"])  # the library's defaults
 
 
 def test_fit_errors(files, tmp_path, capsys, monkeypatch):
@@ -524,6 +559,10 @@ def test_local_black_box_for_classifiers():
     np.testing.assert_allclose(predict(X[:3]), clf.predict_proba(X[:3])[:, 0])
     with pytest.raises(CLIError, match="class_index 2 is out of range"):
         _black_box(clf, 2)
+    numbered = linear_model.LogisticRegression().fit(X, np.where(X[:, 0] > 0, 2, 1))  # classes_ = [1, 2]
+    predict, label = _black_box(numbered, 2)  # the label 2 (there is no column 2)
+    assert label == "P(class = '2')"
+    np.testing.assert_allclose(predict(X[:3]), numbered.predict_proba(X[:3])[:, 1])
     reg = linear_model.LinearRegression().fit(X, X[:, 0])
     predict, label = _black_box(reg, None)
     assert label == "prediction"
