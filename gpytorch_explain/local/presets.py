@@ -8,9 +8,9 @@ r"""Named settings of :class:`~gpytorch_explain.local.LocalGPExplainer` for kind
   ExtraTrees at 50 calls (20 instances × 10 seeds) the inconsistency of 1/ℓ was 0.029 and of the gradient 0.033,
   against 0.071 for continuous LIME at 50 samples and 0.208 for LIME with its defaults; read the gradient as the
   slope at the box's scale. The price of the log-normal relevance: a feature without effect keeps the prior's floor
-  (on forests of 8 features, 3 of them used, the 5 others held 16-19 % of the relevance, against 1-7 % with the
-  default SAAS relevance, whose near-zeros flip between seeds); ``relevance_prior="saas"`` overrides it. For a tree-ensemble classifier use it on ``from_sklearn_classifier(model, k)``, without
-  the link.
+  (forests on 8 features, the target made of 3: the other 5 held 16-19 % of the relevance, against 1-7 % under
+  the default SAAS relevance, whose near-zeros flip between seeds); ``relevance_prior="saas"`` overrides it. For a
+  tree-ensemble classifier use it on ``from_sklearn_classifier(model, k)``, without the link.
 * ``"smooth_classifier"``, for the class probability of a smooth classifier (kernel machines, logistic models,
   neural nets) from :func:`~gpytorch_explain.local.from_sklearn_classifier`: the surrogates model its logit
   (``link="logit"``) and the attribution surrogate interpolates (``attribution_noise=1e-6``). On breast cancer /
