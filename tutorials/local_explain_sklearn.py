@@ -151,11 +151,10 @@ print(f"gradient differences between the seeds, in units of their combined std: 
 # is steadier).
 
 # %%
+from gpytorch_explain.local import PRESETS  # noqa: E402
 from gpytorch_explain.metrics import inconsistency  # noqa: E402
 
-TREE_SETTING = dict(
-    acquisition="variance", interval=2.0, lengthscale_prior_scale=0.5, relevance_prior="lognormal", stencil=None
-)
+TREE_SETTING = PRESETS["tree"]  # variance, interval 2, prior scale 0.5, log-normal relevance, no stencil
 relevances = {"defaults": [], "tree setting": []}
 gradients = {"defaults": [], "tree setting": []}
 for seed in range(3):
@@ -240,9 +239,8 @@ clf_result = LocalGPExplainer(
     Xc_train,
     budget=BUDGET,
     seed=0,
-    link="logit",
-    attribution_noise=1e-6,
     feature_names=cancer.feature_names[:10],
+    **PRESETS["smooth_classifier"],  # link="logit", attribution_noise=1e-6
 ).explain(xc)
 h = 1e-4 * Xc_train.std(0)
 step = np.diag(h)  # row j moves feature j by h_j
