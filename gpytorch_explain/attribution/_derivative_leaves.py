@@ -7,6 +7,7 @@ kernels, plain autograd (the double-backward trick) for any other kernel, and th
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import gpytorch
@@ -27,6 +28,7 @@ from linear_operator import to_dense
 from torch import Tensor
 
 from ..errors import KernelNotDifferentiableError
+from ._differentiability import check_mean_square_differentiable
 
 _RADIAL = (RBFKernel, RQKernel, MaternKernel)
 _CLOSED = (RBFKernel, RQKernel, MaternKernel, PeriodicKernel, LinearKernel, ConstantKernel)
@@ -311,6 +313,10 @@ def _check_connected(K: Tensor, s: Tensor, t: Tensor, name: str) -> None:
         )
 
 
+#: the verdict of :func:`check_mean_square_differentiable` per kernel object (autograd leaves): None, or the error
+_PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _autograd_leaf(kernel: Kernel, x1: Tensor, x2: Tensor, npd: int, need: int, use_call: bool) -> _Derivs:
     r"""Values/derivatives of an arbitrary kernel by autograd (see the module docs).
 
@@ -362,6 +368,18 @@ def _autograd_leaf(kernel: Kernel, x1: Tensor, x2: Tensor, npd: int, need: int, 
             s = torch.zeros(d, dtype=a1.dtype, device=a1.device, requires_grad=True)
             t = torch.zeros(d, dtype=a1.dtype, device=a1.device, requires_grad=True)
             fn = kernel if use_call else kernel.forward
+            if need >= 2:
+                if kernel not in _PROBED:
+                    x0 = a1.reshape(-1, d)[0].detach()
+                    try:
+                        check_mean_square_differentiable(
+                            lambda R: to_dense(fn(R, R)), x0, torch.full_like(x0, max(1.0, float(x0.abs().max()))), name
+                        )
+                        _PROBED[kernel] = None
+                    except KernelNotDifferentiableError as err:
+                        _PROBED[kernel] = err
+                if _PROBED[kernel] is not None:
+                    raise KernelNotDifferentiableError(str(_PROBED[kernel]))
             K = to_dense(fn(a1 + s, a2 + t))[..., :m1, :]
             K = K.expand(K.shape[0], *bshape, m1, m2)
             res = _Derivs(back(K.detach(), 0))

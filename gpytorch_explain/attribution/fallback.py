@@ -51,6 +51,7 @@ from torch import Tensor
 from .._compat import is_botorch_model
 from ..errors import KernelNotDifferentiableError
 from ..settings import block_budget
+from ._differentiability import check_mean_square_differentiable
 from ._quadrature import gauss_legendre
 from .attribution_distribution import AttributionDistribution
 from .completeness_gaps import CompletenessGaps
@@ -379,6 +380,16 @@ def fallback_posterior(owner, x: Tensor, order: int):
     inputs = getattr(owner.model, "train_inputs", None)
     n = inputs[0].size(-2) if inputs else 0
     check_fallback_memory(owner.functional, x, order, n)
+    if not hasattr(owner, "_not_differentiable"):  # probed once per owner; the verdict is kept
+        try:
+            check_mean_square_differentiable(
+                lambda R: latent_moments(owner._joint, R)[1], x[0].detach(), input_scales(X, x), "The model's posterior"
+            )
+            owner._not_differentiable = None
+        except KernelNotDifferentiableError as err:
+            owner._not_differentiable = err
+    if owner._not_differentiable is not None:
+        raise KernelNotDifferentiableError(str(owner._not_differentiable))
     mean, cov = autograd_functional_moments(owner._joint, owner.functional, x, order, input_scales(X, x))
     shape = owner._joint.output_shape(x)
     m, D = x.shape

@@ -185,6 +185,64 @@ def test_disconnected_kernel_raises_instead_of_zeros():
         PosteriorGradient(model, method="autograd")(x)
 
 
+class _Laplace(gpytorch.kernels.Kernel):
+    """exp(-||x - x'||_1 / 0.5): autograd-differentiable away from x = x', but its GP has no gradient."""
+
+    def forward(self, x1, x2, diag=False, **params):
+        K = torch.exp(-(x1[..., :, None, :] - x2[..., None, :, :]).abs().sum(-1) / 0.5)
+        return K.diagonal(dim1=-2, dim2=-1) if diag else K
+
+
+class _UserRBF(gpytorch.kernels.Kernel):
+    def __init__(self, ell):
+        super().__init__()
+        self.ell = ell
+
+    def forward(self, x1, x2, diag=False, **params):
+        K = torch.exp(-0.5 * ((x1[..., :, None, :] - x2[..., None, :, :]) ** 2).sum(-1) / self.ell**2)
+        return K.diagonal(dim1=-2, dim2=-1) if diag else K
+
+
+class _Warped(GPR):
+    def forward(self, x):
+        return super().forward(torch.tanh(x))
+
+
+def test_a_kernel_without_a_gradient_process_raises_instead_of_zero_variances():
+    """The Laplace kernel through the autograd leaf, the posterior-level fallback and a transforming forward: each
+    raised nothing and returned gradient variances of exactly 0 (negative values clamped), where the true ones are
+    infinite (the finite-difference variance of the posterior grows like 1/step)."""
+    X, y = _data(D=3)
+    x = X[:2] + 0.05
+    for model_cls, kwargs in ((GPR, {}), (GPR, dict(method="autograd")), (_Warped, {})):
+        model = model_cls(X, y, _Laplace()).to(DTYPE)
+        model.likelihood.noise = 0.01
+        model.eval()
+        gradient = PosteriorGradient(model, **kwargs)
+        for _ in range(2):  # and again: the verdict is kept, not only raised once
+            with pytest.raises(KernelNotDifferentiableError, match="grows like 1/step"):
+                _ = gradient(x).variance  # the covariance is lazy: it raises where it is formed
+            with pytest.raises(KernelNotDifferentiableError, match="grows like 1/step"):
+                _ = PosteriorIntegratedGradients(model, order=8, **kwargs)(x).variance
+    # the probe itself: 1/step growth raises, a smooth covariance at any lengthscale below or above the steps does not
+    from gpytorch_explain.attribution._differentiability import check_mean_square_differentiable
+
+    def laplace(R):
+        return torch.exp(-(R[:, None, :] - R[None, :, :]).abs().sum(-1))
+
+    with pytest.raises(KernelNotDifferentiableError):
+        check_mean_square_differentiable(laplace, torch.zeros(2, dtype=DTYPE), torch.ones(2, dtype=DTYPE), "k")
+    for ell in (1e-7, 1e-4, 1e-2, 0.3, 30.0):
+        kern = _UserRBF(ell)
+        check_mean_square_differentiable(
+            lambda R, kern=kern: kern(R, R).to_dense(), torch.zeros(2, dtype=DTYPE), torch.ones(2, dtype=DTYPE), "k"
+        )
+        model = GPR(X, y, _UserRBF(ell)).to(DTYPE)
+        model.likelihood.noise = 0.01
+        g = PosteriorGradient(model.eval())(x)
+        assert torch.isfinite(g.variance).all() and (g.variance > 0).all()
+
+
 class MultitaskGP(gpytorch.models.ExactGP):
     def __init__(self, X, Y):
         super().__init__(X, Y, gpytorch.likelihoods.MultitaskGaussianLikelihood(num_tasks=2))
