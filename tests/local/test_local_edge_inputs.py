@@ -45,7 +45,7 @@ def test_one_number_for_one_row_is_accepted():
     assert np.all(np.abs(r.gradient_mean - [1.0, -2.0, 0.0]) <= 2 * r.gradient_std + 1e-9)
 
 
-@pytest.mark.parametrize("q", [1, 4, 6])
+@pytest.mark.parametrize("q", [4, 6])
 def test_batches_leave_the_calls_kept_for_the_stencil_completion(q):
     """With ``q > 1`` the last acquisition batch stops where the completion's kept calls begin, so the completion
     gets all of them (before: 5 of 8 with q = 4)."""
