@@ -286,6 +286,28 @@ class _FunctionalPosterior:
             alpha = alpha.detach()
         return add_to_cache(strategy, "gpytorch_explain_data_space_alpha", alpha)
 
+    def _weight_space_point(self, strategy) -> Tensor | None:
+        r"""For a bare ``LinearKernel`` :math:`k = v\,\mathbf x^\top\mathbf x'` (GPyTorch's
+        ``LinearPredictionStrategy``): the one pseudo training point :math:`\mathbf X^\top\boldsymbol\alpha`
+        ``(*batch, 1, d)``, else ``None``.
+
+        Every derived cross-covariance of a linear kernel is linear in its second argument, so the mean
+        :math:`\sum_j \alpha_j\,\mathcal L\,k(\cdot, \mathbf X_j)` of any functional :math:`\mathcal L` is
+        :math:`\mathcal L\,k(\cdot, \mathbf X^\top\boldsymbol\alpha)`. GPyTorch keeps
+        :math:`\Phi^\top\boldsymbol\alpha` (:math:`\Phi = \sqrt v\,\mathbf X`) as its mean cache, solved in
+        weight space; the data-space sum cancels: with float32, rank 3 and noise 0.01 it was 2.3e-4 off in relative
+        terms, the model's own mean 6e-7.
+        """
+        from gpytorch.models.exact_prediction_strategies import LinearPredictionStrategy
+
+        if type(strategy) is not LinearPredictionStrategy or type(self._kernel) is not LinearKernel:
+            return None
+        if self._dims is not None or self._kernel.active_dims is not None:
+            return None
+        w = strategy.mean_cache  # (*batch, d, 1)
+        point = (w / self._kernel.variance.sqrt()).mT
+        return point.detach() if gsettings.detach_test_caches.on() else point
+
     def _factor(self, strategy):
         from ..models import GPXPredictionStrategy
 
@@ -426,7 +448,14 @@ class _FunctionalPosterior:
             X, alpha = X.detach(), alpha.detach()
         derived = DerivedCovariance(self._kernel, self.functional, order=order)
         chunks = point_chunks(x, X)
-        if len(chunks) <= 1:  # everything at once
+        weight_point = self._weight_space_point(strategy)
+        if weight_point is not None:  # a bare LinearKernel: the mean from GPyTorch's weight-space cache
+            rows = derived.cross(x, weight_point)  # (*batch, m, D, 1)
+            mean = rows.squeeze(-1)
+            covar = AttributionPosteriorLinearOperator(
+                x, X, factor, factor_type=factor_type, derived=derived, lazy_rows=True
+            )
+        elif len(chunks) <= 1:  # everything at once
             rows = derived.cross(x, X)  # (*batch, m, D, n)
             mean = (rows @ alpha.unsqueeze(-1).unsqueeze(-3)).squeeze(-1)
             covar = AttributionPosteriorLinearOperator(x, rows, factor, factor_type=factor_type, derived=derived)

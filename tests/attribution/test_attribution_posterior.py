@@ -317,6 +317,38 @@ def test_float32_model_runs():
     assert gaps.mean_gap.abs().max() < 1e-4
 
 
+def test_a_linear_kernel_mean_comes_from_the_weight_space_cache():
+    """A bare LinearKernel (GPyTorch's LinearPredictionStrategy): the gradient and IG means equal the float64 ones to
+    float32 accuracy (through the data-space sum of alpha they were 2.3e-4 off for a rank-3-plus-noise 0.01
+    matrix), and in float64 and for a batch model they equal the data-space sums (the old path) to round-off."""
+    gen = torch.Generator().manual_seed(0)
+    X = torch.rand(40, 3, generator=gen, dtype=DTYPE)
+    y = torch.sin(3 * X[:, 0]) + X[:, 1]
+    xs = torch.rand(4, 3, generator=gen, dtype=DTYPE)
+    b = torch.full((3,), 0.5, dtype=DTYPE)
+
+    def model_of(dtype, batch=()):
+        m = ExactModel(X.expand(*batch, 40, 3), y.expand(*batch, 40), gpytorch.kernels.LinearKernel(), None)
+        m = m.to(dtype)
+        m.likelihood.noise = 0.01
+        m.covar_module.variance = 0.7
+        return m.eval()
+
+    f64 = model_of(DTYPE)
+    alpha = torch.linalg.solve(0.7 * X @ X.T + 0.01 * torch.eye(40, dtype=DTYPE), y)  # zero mean
+    weight = 0.7 * X.T @ alpha  # the gradient of a linear GP's posterior mean, everywhere
+    with torch.no_grad():
+        _rel_close(PosteriorGradient(f64)(xs).mean, weight.expand(4, 3), 1e-10, "float64 gradient")
+        _rel_close(PosteriorIntegratedGradients(f64, baseline=b)(xs).mean, (xs - b) * weight, 1e-10, "float64 IG")
+        f32 = model_of(torch.float32)
+        _rel_close(PosteriorGradient(f32)(xs.float()).mean.double(), weight.expand(4, 3), 1e-5, "float32 gradient")
+        ig32 = PosteriorIntegratedGradients(f32, baseline=b.float())(xs.float()).mean.double()
+        _rel_close(ig32, (xs - b) * weight, 1e-5, "float32 IG")
+        batch = PosteriorGradient(model_of(DTYPE, (2,)))(xs)
+        assert batch.mean.shape == (2, 4, 3)
+        _rel_close(batch.mean, weight.expand(2, 4, 3), 1e-10, "batch gradient")
+
+
 def test_gpx_model_attributions():
     from gpytorch_explain import GPXModel
 
