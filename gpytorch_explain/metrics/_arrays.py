@@ -57,10 +57,15 @@ def as_real(name: str, value) -> float:
 
 
 def resolve_baseline(baseline, x: np.ndarray) -> np.ndarray:
-    """The ``(m, D)`` baseline: ``None`` -> column mean of ``x``; a scalar -> every feature of every sample;
-    ``(D,)`` or ``(1, D)`` -> every sample; ``(m, D)`` as is."""
+    """The ``(m, D)`` baseline: ``None`` -> column mean of ``x`` (an error for one sample); a scalar -> every
+    feature of every sample; ``(D,)`` or ``(1, D)`` -> every sample; ``(m, D)`` as is."""
     m, D = x.shape
     if baseline is None:
+        if m == 1:
+            raise ValueError(
+                "with one sample the default baseline (the column mean of x) is the sample itself, so no feature "
+                "would be removed; pass baseline= (e.g. the training mean, or 0.0 for standardised data)."
+            )
         return np.broadcast_to(x.mean(0), (m, D))
     b = as_array("baseline", baseline, (0, 1, 2))
     if b.shape not in ((), (D,), (1, D), (m, D)):

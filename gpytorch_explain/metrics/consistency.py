@@ -41,6 +41,8 @@ def inconsistency(scores) -> float:
     s = np.abs(as_array("scores", scores, (2, 3)))
     if s.shape[0] < 2:
         raise ValueError(f"inconsistency needs at least 2 repeats (axis 0), got shape {s.shape}.")
+    if s.shape[-1] < 1:
+        raise ValueError(f"inconsistency needs at least one feature (the last axis), got shape {s.shape}.")
     mx = s.max(-1, keepdims=True)
     a = np.where(mx > 0, s / np.where(mx > 0, mx, 1.0), 0.0)
     return float(a.std(0, ddof=0).mean())

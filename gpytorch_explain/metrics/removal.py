@@ -2,7 +2,9 @@
 r"""Feature-removal metrics: faithfulness and sufficiency (GPX paper, Yoshikawa & Iwata, §5.2).
 
 "Removing" feature :math:`j` of a sample :math:`\mathbf x` means replacing :math:`x_j` by the baseline value
-:math:`b_j` (the paper's "default: the training mean"; with standardised inputs that is 0). For a model whose
+:math:`b_j`. The paper does not say which value replaces a removed feature; here it is the ``baseline`` argument
+(default: the column mean of the samples passed, which for standardised data near the training mean is ≈ 0; pass
+the training mean to make the scores independent of the batch). For a model whose
 explanation features are its inputs (GPX with :math:`\mathbf z = \mathbf x`) the removal changes both, and
 ``predict_fn`` sees the changed input.
 """
@@ -20,11 +22,12 @@ from ._arrays import as_array, as_positive_int, call_predict, resolve_baseline
 __all__ = ["faithfulness", "sufficiency"]
 
 
-def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise Pearson correlation; a row in which either vector is constant gives NaN."""
+def _pearson_rows(a: np.ndarray, b: np.ndarray, scale_b: np.ndarray | None = None) -> np.ndarray:
+    """Row-wise Pearson correlation; a row in which either vector is constant gives NaN (``scale_b``: the magnitude
+    ``b``'s round-off is relative to, per row; default its own largest entry)."""
     # a spread at round-off level of the row's magnitude counts as constant (e.g. a row of equal values)
     scale_a = np.abs(a).max(1)
-    scale_b = np.abs(b).max(1)
+    scale_b = np.maximum(np.abs(b).max(1), 0.0 if scale_b is None else scale_b)
     a = a - a.mean(1, keepdims=True)
     b = b - b.mean(1, keepdims=True)
     na = np.sqrt((a * a).sum(1))
@@ -57,9 +60,10 @@ def faithfulness(predict_fn: Callable, x, contributions, baseline=None) -> np.nd
 
     Choices the papers leave open:
 
-    - **Baseline**: ``None`` uses the column mean of ``x`` (for standardised data, ≈ the training mean, 0);
-      pass the training mean explicitly (``(D,)`` or ``(1, D)``) or per-sample baselines (``(m, D)``) to follow
-      the paper. A scalar (e.g. ``0.0``) is the baseline of every feature.
+    - **Baseline** (the paper does not say which value replaces a removed feature): ``None`` uses the column mean
+      of ``x``, so a sample's score depends on the batch it is passed in, and a single sample (``m = 1``) is an
+      error (its mean is itself); pass the training mean (``(D,)`` or ``(1, D)``) or per-sample baselines
+      (``(m, D)``) for scores that do not. A scalar (e.g. ``0.0``) is the baseline of every feature.
     - **Degenerate rows**: if a sample's contributions or its prediction changes are constant across features
       (e.g. all zero, or a global model with a feature at its baseline), the correlation is undefined and that
       sample's score is ``nan`` (a ``RuntimeWarning`` says how many). Aggregate with ``np.nanmean``.
@@ -97,7 +101,9 @@ def faithfulness(predict_fn: Callable, x, contributions, baseline=None) -> np.nd
     points = np.concatenate([xa, removed.reshape(m * D, D)], 0)
     pred = call_predict(predict_fn, points, x)
     delta = pred[:m, None] - pred[m:].reshape(m, D)
-    r = _pearson_rows(c, delta)
+    # prediction changes at round-off level of the predictions themselves are none (a constant model)
+    magnitude = np.maximum(np.abs(pred[:m]), np.abs(pred[m:]).reshape(m, D).max(1))
+    r = _pearson_rows(c, delta, scale_b=magnitude)
     bad = int(np.isnan(r).sum())
     if bad:
         warnings.warn(

@@ -7,7 +7,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from ._arrays import as_array
+from ._arrays import as_array, as_real
 
 __all__ = ["completeness_gap", "interval_coverage"]
 
@@ -45,6 +45,7 @@ def interval_coverage(mean, std, truth, level: float = 0.95) -> float:
         raise ValueError("interval_coverage got empty arrays.")
     if (sd < 0).any():
         raise ValueError(f"std has {int((sd < 0).sum())} negative value(s).")
+    level = as_real("level", level)
     if not (0 < level < 1):
         raise ValueError(f"level must be in (0, 1), got {level}.")
     q = NormalDist().inv_cdf(0.5 + level / 2)

@@ -378,3 +378,35 @@ def test_no_warning_for_regular_input():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         faithfulness(lambda a: a @ np.array([1.0, 2.0]), np.eye(2), np.eye(2) * [1.0, 2.0])
+
+
+def test_one_sample_needs_a_baseline():
+    """With m = 1 the default baseline (the column mean of x) is the sample itself: nothing would be removed, and
+    sufficiency scored 0 (the best) for any ranking while faithfulness was nan."""
+    x = np.array([[1.0, 2.0, 3.0]])
+    w = np.array([1.0, -2.0, 0.5])
+    for metric in (faithfulness, sufficiency):
+        with pytest.raises(ValueError, match="one sample"):
+            metric(lambda a: a @ w, x, x * w)
+    np.testing.assert_allclose(faithfulness(lambda a: a @ w, x, x * w, baseline=0.0), [1.0])
+
+
+def test_round_off_is_not_variation():
+    """A model constant up to round-off (outputs ~1e3 varying by 1e-13) has no removal effects: nan, not random
+    correlations; a global weight that differs by one ulp between rows is still global: stability 0, not ~84."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(5, 4))
+    with pytest.warns(RuntimeWarning, match="5 of 5"):
+        r = faithfulness(lambda a: (a[:, 0] + 1e3) - a[:, 0], x, rng.normal(size=(5, 4)), baseline=0.0)
+    assert np.isnan(r).all()
+    w = np.tile([0.1, -0.3, 0.7], (30, 1))
+    w[::2, 0] = np.nextafter(0.1, 1.0)
+    X = rng.normal(size=(30, 3))
+    assert stability(X, w, eps=1.0) == 0.0
+
+
+def test_level_and_empty_scores_are_clear_errors():
+    with pytest.raises(ValueError, match="level must be a real number"):
+        interval_coverage(np.zeros(3), np.ones(3), np.zeros(3), level="0.9")
+    with pytest.raises(ValueError, match="at least one feature"):
+        inconsistency(np.zeros((3, 0)))
