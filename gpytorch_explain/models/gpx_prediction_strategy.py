@@ -3,6 +3,7 @@ r"""GPyTorch's exact prediction strategy for GPX, with accurate solves for its d
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -96,13 +97,18 @@ class GPXPredictionStrategy(DefaultPredictionStrategy):
         mvn = self.likelihood(self.train_prior_dist, self.train_inputs)
         offset = (self.train_labels - mvn.loc).unsqueeze(-1)
         covar = mvn.lazy_covariance_matrix.evaluate_kernel()
-        with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(explain_settings.cg_iterations(self.num_train)):
+        detach = gsettings.detach_test_caches.on()
+        with (
+            gsettings.cg_tolerance(tol),
+            gsettings.max_cg_iterations(explain_settings.cg_iterations(self.num_train)),
+            torch.no_grad() if detach else contextlib.nullcontext(),  # detached anyway: CG refines in rounds
+        ):
             if isinstance(covar, GPXInducingLinearOperator):  # exact (Woodbury)
                 res = covar.solve(offset)
             else:
                 res = solve_checked(covar, offset, what="the mean cache C^-1 (y - m)")
         res = res.squeeze(-1)
-        return res.detach() if gsettings.detach_test_caches.on() else res
+        return res.detach() if detach else res
 
     @property
     def uses_inducing(self) -> bool:
