@@ -138,9 +138,11 @@ class GPXExplanation:
         of the contributions), ``(m,)``."""
         return self.contributions_mean.sum(-1) + self.intercept
 
-    def to_numpy(self) -> dict[str, np.ndarray | list[str]]:
-        """All fields (and derived contributions) as NumPy arrays."""
-        out: dict[str, np.ndarray | list[str]] = {}
+    def to_numpy(self) -> dict[str, np.ndarray | list[str] | float | str]:
+        """All fields (and derived contributions and latent mean) as NumPy arrays, with ``feature_names``, the
+        ``intercept`` (float; ``latent_mean = intercept + contributions_mean.sum(-1)``), ``outcome`` and
+        ``latent_scale`` (strings)."""
+        out: dict[str, np.ndarray | list[str] | float | str] = {}
         for name in (
             "x",
             "z",
@@ -152,10 +154,19 @@ class GPXExplanation:
             "weights_covariance",
             "contributions_mean",
             "contributions_std",
+            "latent_mean",
         ):
             out[name] = getattr(self, name).detach().cpu().numpy()
         out["feature_names"] = list(self.feature_names)
+        out["intercept"] = float(self.intercept)
+        out["outcome"] = self.outcome
+        out["latent_scale"] = self.latent_scale
         return out
+
+    @staticmethod
+    def _check_top_k(top_k: int | None) -> None:
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
+            raise ValueError(f"top_k must be a positive integer or None (all features), got {top_k!r}.")
 
     def __getitem__(self, index) -> GPXExplanation:
         """The explanations of a subset of points.
@@ -164,6 +175,11 @@ class GPXExplanation:
         ``IndexError``) gives one point; a slice, a list / NumPy array / tensor of indices or a boolean mask gives
         several.
         """
+        if isinstance(index, tuple):
+            raise TypeError(
+                f"Index an explanation by points only (an integer, slice, index array or mask), got the tuple "
+                f"{index!r}; for point i, feature j use e[i].contributions_mean[0, j]."
+            )
         if isinstance(index, slice):
             pass
         elif isinstance(index, (int, np.integer)) or (torch.is_tensor(index) and index.dim() == 0):
@@ -222,6 +238,7 @@ class GPXExplanation:
         prediction on the outcome's scale (± 1 predictive std; for classification :math:`P(y=1)`).
         """
         i = self._point(i)
+        self._check_top_k(top_k)
         mean = self.contributions_mean[i].detach().cpu()
         std = self.contributions_std[i].detach().cpu()
         order = torch.argsort(mean.abs(), descending=True)
@@ -257,6 +274,7 @@ class GPXExplanation:
         except ImportError as err:  # pragma: no cover - depends on the environment
             raise ImportError("plot() needs matplotlib: pip install 'gpytorch-explain[plot]'") from err
         i = self._point(i)
+        self._check_top_k(top_k)
         if kind == "contributions":
             mean, std = self.contributions_mean[i], self.contributions_std[i]
         elif kind == "weights":

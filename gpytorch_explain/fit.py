@@ -78,7 +78,8 @@ def fit_gpx_model(
         hyperparameters by leave-one-out predictive log density instead of the marginal likelihood).
     :param optimizer: ``"lbfgs"`` (default; ``torch.optim.LBFGS`` with a strong-Wolfe line
         search) or ``"adam"``.
-    :param max_iter: Iterations (default 100 for L-BFGS, 200 for Adam).
+    :param max_iter: Iterations (default 100 for L-BFGS, 200 for Adam). For L-BFGS these are its outer iterations;
+        the objective evaluations of its line searches are not capped separately.
     :param lr: Step size (default 1.0 for L-BFGS, 0.05 for Adam).
     :param tolerance: L-BFGS stops when the gradient, the step or the change of the loss (the
         negative log marginal likelihood per sample) falls below this. Default ``min(1e-5, 1e-2 / n)``:
@@ -101,7 +102,8 @@ def fit_gpx_model(
     (``MemoryError``), the fit warns and runs in the model's dtype.
     ``fit_dtype=torch.float32`` keeps the old behaviour.
 
-    :return: The model, in eval mode; ``model.fit_history`` holds the losses (one per objective evaluation),
+    :return: The model, in eval mode (also when the fit raises); ``model.fit_history`` holds the losses (one per
+        objective evaluation),
         ``model.fit_iterations`` and ``model.fit_evaluations`` the counts.
     """
     model, mll = _unpack(
@@ -180,6 +182,9 @@ def fit_gpx_model(
                 params,
                 lr=lr,
                 max_iter=max_iter,
+                # torch caps objective evaluations at 1.25 max_iter by default, which ended fits before max_iter
+                # iterations; a strong-Wolfe line search takes at most 25 evaluations, so max_iter binds
+                max_eval=25 * max_iter,
                 tolerance_grad=tolerance,
                 tolerance_change=tolerance,
                 history_size=20,
@@ -212,12 +217,12 @@ def fit_gpx_model(
             show(iterations)
     finally:
         bar.close()
+        model.eval()  # also when the fit raises (e.g. a non-PSD covariance or an interrupt)
     if history and not math.isfinite(history[-1]):
         warnings.warn("GPX fit ended with a non-finite loss; check the data scaling.", RuntimeWarning, stacklevel=3)
     model.fit_history = history
     model.fit_iterations = iterations
     model.fit_evaluations = len(history)
-    model.eval()
     return model
 
 

@@ -55,6 +55,18 @@ def test_explanation_numpy_summary_and_indexing(fitted):
     torch.testing.assert_close(sub.weights_mean[0], expl.weights_mean[1])
     sub = expl[1:3]
     assert len(sub) == 2
+    # the intercept, outcome and latent mean complete the dict: latent_mean = intercept + sum of contributions
+    assert arrays["outcome"] == expl.outcome and arrays["latent_scale"] == expl.latent_scale
+    np.testing.assert_allclose(
+        arrays["latent_mean"], arrays["intercept"] + arrays["contributions_mean"].sum(-1), rtol=0, atol=1e-12
+    )
+    # a tuple is not (point, feature) indexing, and top_k counts features from 1
+    with pytest.raises(TypeError, match="by points only"):
+        expl[0, 1]
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="top_k must be a positive integer"):
+            expl.summary(0, top_k=bad)
+    assert len(expl.summary(0, top_k=1).splitlines()) == 4
 
 
 def test_explanation_plot(fitted, tmp_path):

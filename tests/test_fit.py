@@ -119,3 +119,15 @@ def test_fit_gpx_model_optimises_the_objective_it_is_given():
     assert model.fit_history[-1] == pytest.approx(-loo, rel=1e-8, abs=1e-10)
     assert loo > _loo_log_density(ml, x, y) + 1e-4
     assert model.fit_history[-1] != pytest.approx(ml.fit_history[-1], rel=1e-3)
+
+
+def test_lbfgs_runs_max_iter_iterations_and_the_model_is_in_eval_mode_after_a_failed_fit():
+    # torch's L-BFGS caps objective evaluations at 1.25 max_iter by default: max_iter=2 ran 1 iteration
+    x, y = _data()
+    for k in (2, 4, 10):
+        model = fit_gpx_model(GPXModel(x, y), max_iter=k, tolerance=1e-14)
+        assert model.fit_iterations == k, (k, model.fit_iterations, model.fit_evaluations)
+    model = GPXModel(x, y).eval()
+    with pytest.raises(ValueError, match="learning rate"):
+        fit_gpx_model(model, optimizer="adam", lr=float("nan"))
+    assert not model.training and not model.likelihood.training

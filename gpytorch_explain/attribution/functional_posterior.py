@@ -28,6 +28,7 @@ from .._compat import _GaussianLikelihoodBase
 from ..errors import ModelStateError
 from ..operators import AttributionPosteriorLinearOperator
 from ..utils import ensure_prediction_strategy
+from ..utils.gp import kernel_diag
 from ._quadrature import point_chunks
 from .adaptive import AutogradFallbackWarning, adaptive_call
 from .adaptive import check_order as _check_order
@@ -54,7 +55,7 @@ class _GPXSmoothKernel(ProductKernel):
     def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, **params) -> Tensor:
         res = None
         for kern in self.kernels:
-            part = kern(x1, x2, diag=diag, **params)
+            part = kernel_diag(kern, x1, x2, **params) if diag else kern(x1, x2, **params)
             part = part if torch.is_tensor(part) else part.to_dense()
             res = part if res is None else res * part
         return res

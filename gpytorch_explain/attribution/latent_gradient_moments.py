@@ -12,6 +12,7 @@ from gpytorch.variational import LMCVariationalStrategy
 from linear_operator import to_dense
 from torch import Tensor
 
+from ..utils.gp import kernel_diag
 from .derived import DerivedCovariance, functional_mean
 from .functionals import GradientFunctional
 from .variational import VariationalConditioning, _check_points, variational_conditioning
@@ -136,7 +137,7 @@ def _moments_block(cond: VariationalConditioning, x: Tensor, full: bool) -> tupl
     derived = DerivedCovariance(kernel, GradientFunctional())
     rows = derived.cross(x, Z)  # (*b, m, D, u)
     cross = to_dense(kernel(Z, x))  # (*b, u, m)
-    prior_var = to_dense(kernel(x, diag=True))  # (*b, m)
+    prior_var = to_dense(kernel_diag(kernel, x))  # (*b, m): a batched kernel with m = C (see kernel_diag)
     prior_c = torch.diagonal(derived.cross(x, x), dim1=-3, dim2=-1).mT  # (*b, m, D)
     batch = torch.broadcast_shapes(
         rows.shape[:-3], cross.shape[:-2], prior_var.shape[:-1], L.shape[:-2], a.shape[:-1], M.shape[:-2]

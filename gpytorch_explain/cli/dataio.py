@@ -4,7 +4,8 @@ r"""CSV input, missing values and atomic output files for the command line (no p
 Everything here raises :class:`CLIError` with a one-line message that names the file, the column and the row;
 :func:`gpytorch_explain.cli.main` prints it on stderr and exits with status 2.
 
-Rows are numbered from 0 (the first line after the header is row 0, line 2 of the file), as ``--row`` counts them.
+Rows are numbered from 0 (the first line after the header is row 0, line 2 of the file), as ``--row`` counts them;
+blank lines are not rows (messages give each row's line in the file too).
 """
 
 from __future__ import annotations
@@ -80,9 +81,26 @@ class Table:
     path: str
     header: list[str]
     rows: list[list[str]]
+    #: the file's line number of each row (default: row i on line i + 2, as in a file without blank lines)
+    lines: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def line(self, i: int) -> int:
+        """The file's line number of row ``i``."""
+        return self.lines[i] if self.lines is not None else i + 2
+
+    def _header_hint(self) -> str:
+        """A hint when every column name reads as a number: the first line is probably data, not a header."""
+        try:
+            [float(name) for name in self.header]
+        except ValueError:
+            return ""
+        return (
+            " (every column name is a number: the first line of the file is read as the header; if it is a data "
+            "row, add a header line naming the columns)"
+        )
 
     def require(self, names: Sequence[str], what: str = "column") -> None:
         """Raise :class:`CLIError` naming every column of ``names`` the file lacks."""
@@ -91,7 +109,7 @@ class Table:
             listed = ", ".join(repr(name) for name in missing)
             raise CLIError(
                 f"{self.path}: no {what}{'s' if len(missing) > 1 else ''} {listed}; "
-                f"the columns are {', '.join(self.header)}"
+                f"the columns are {', '.join(self.header)}{self._header_hint()}"
             )
 
     def text(self, name: str) -> list[str]:
@@ -118,10 +136,10 @@ class Table:
                     value = float(cell)
                 except ValueError:
                     raise CLIError(
-                        f"{self.path}: column {name!r}, row {i} (line {i + 2}): {cell!r} is not a number"
+                        f"{self.path}: column {name!r}, row {i} (line {self.line(i)}): {cell!r} is not a number"
                     ) from None
                 if np.isinf(value):
-                    raise CLIError(f"{self.path}: column {name!r}, row {i} (line {i + 2}): {cell!r} is infinite")
+                    raise CLIError(f"{self.path}: column {name!r}, row {i} (line {self.line(i)}): {cell!r} is infinite")
                 out[i, k] = value
         return out
 
@@ -130,13 +148,14 @@ def read_csv(path: str) -> Table:
     """Read a comma-separated file with a header row (UTF-8, a byte-order mark is allowed).
 
     Empty files, a header without data rows, duplicate or empty column names and rows with the wrong number of
-    fields raise :class:`CLIError`. Blank lines are skipped.
+    fields raise :class:`CLIError`. Blank lines (nothing but whitespace) are skipped and not counted as rows; a line
+    of empty cells (``,,``) is a row whose values are all missing, which ``--nan`` handles like any other.
     """
     check_input_file(path)
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.reader(handle)
-            records = [(reader.line_num, row) for row in reader if any(cell.strip() for cell in row)]
+            records = [(reader.line_num, row) for row in reader if len(row) > 1 or (row and row[0].strip())]
     except UnicodeDecodeError as err:
         raise CLIError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from None
     except csv.Error as err:
@@ -151,14 +170,15 @@ def read_csv(path: str) -> Table:
         if name in seen:
             raise CLIError(f"{path}: the header names column {name!r} twice")
         seen.add(name)
-    rows = []
+    rows, lines = [], []
     for line, row in records[1:]:
         if len(row) != len(header):
             raise CLIError(f"{path}: line {line} has {len(row)} fields, the header has {len(header)}")
         rows.append(row)
+        lines.append(line)
     if not rows:
         raise CLIError(f"{path} has a header but no data rows")
-    return Table(path, header, rows)
+    return Table(path, header, rows, lines)
 
 
 def handle_nan(

@@ -34,7 +34,15 @@ import torch
 from gpytorch.utils.warnings import GPInputWarning
 
 from ..attribution import PosteriorIntegratedGradients as PosteriorIG
-from .dataio import NAN_POLICIES, CLIError, atomic_output, check_input_file, handle_nan, read_csv
+from .dataio import (
+    NAN_POLICIES,
+    CLIError,
+    atomic_output,
+    check_input_file,
+    check_output_path,
+    handle_nan,
+    read_csv,
+)
 from .modelfile import build_model, load_payload
 
 __all__ = ["add_parser", "explain_rows", "run"]
@@ -187,10 +195,13 @@ def format_row(row_id: str, result: dict[str, np.ndarray], i: int) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     check_input_file(args.model, "model file")
+    check_output_path(args.out)  # before any work (and before any plot is written)
     if args.plots is not None:
         from .plots import require_matplotlib
 
         require_matplotlib()
+        if os.path.exists(args.plots) and not os.path.isdir(args.plots):
+            raise CLIError(f"--plots {args.plots} is a file, not a folder")
     payload = load_payload(args.model)
     ids, x_raw, z_raw = _read_rows(args, payload)
     model = build_model(payload)

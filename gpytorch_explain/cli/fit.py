@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import torch
 
-from .dataio import NAN_POLICIES, CLIError, handle_nan, read_csv, split_names
+from .dataio import NAN_POLICIES, CLIError, check_output_path, handle_nan, read_csv, split_names
 from .modelfile import StandardGPR, save_payload, standardise
 
 __all__ = ["add_parser", "run"]
@@ -101,6 +101,7 @@ def _fit_gpr(model: StandardGPR, iterations: int, progress: bool) -> list[float]
 def run(args: argparse.Namespace) -> int:
     if args.iterations < 1:
         raise CLIError(f"--iterations must be a positive integer, got {args.iterations}")
+    check_output_path(args.out)  # before the fit, not after it
     table = read_csv(args.data)
     table.require([args.target], "target column")
     features = split_names(args.features) or [name for name in table.header if name != args.target]

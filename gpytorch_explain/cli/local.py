@@ -269,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
             result = explainer.explain(x)
     except (ValueError, TypeError) as err:  # the model's output (NaN, several outputs) or its input, named
         raise CLIError(f"explaining row {args.row}: {err}") from None
-    print(f"row {args.row} of {args.data}: {label} = {float(result.y_samples[0]):.6g}")
+    print(f"row {args.row} (line {table.line(args.row)}) of {args.data}: {label} = {float(result.y_samples[0]):.6g}")
     print(result.summary())
     for message in result.warnings:
         print(f"warning: {message}", file=sys.stderr)

@@ -145,4 +145,38 @@ def load_payload(path: str) -> dict:
     missing = [key for key in _REQUIRED if key not in payload]
     if missing or payload["kind"] not in ("gpx", "gpr"):
         raise CLIError(f"{path} is a damaged gpytorch-explain model file (missing {', '.join(missing) or 'kind'})")
+    _check_shapes(payload, path)
     return payload
+
+
+def _check_shapes(payload: dict, path: str) -> None:
+    """The payload's arrays agree in their sizes (a damaged or hand-edited file gives a message, not a traceback)."""
+
+    def size(key: str, dim: int = 0) -> int | None:
+        value = payload.get(key)
+        if value is None:
+            return None
+        if torch.is_tensor(value):
+            return int(value.shape[dim]) if value.dim() > dim else -1
+        return len(value)
+
+    train_x, train_y = payload["train_x"], payload["train_y"]
+    problems = []
+    if not (torch.is_tensor(train_x) and train_x.dim() == 2 and torch.is_tensor(train_y) and train_y.dim() == 1):
+        problems.append("train_x must be a matrix and train_y a vector")
+    else:
+        n, d = train_x.shape
+        if train_y.numel() != n:
+            problems.append(f"train_x has {n} rows, train_y {train_y.numel()}")
+        for key in ("feature_names", "x_mean", "x_std"):
+            if size(key) != d:
+                problems.append(f"{key} has {size(key)} entries for {d} features")
+        train_z = payload.get("train_z")
+        d_z = int(train_z.shape[-1]) if torch.is_tensor(train_z) and train_z.dim() == 2 else d
+        if torch.is_tensor(train_z) and (train_z.dim() != 2 or train_z.shape[0] != n):
+            problems.append(f"train_z has shape {tuple(train_z.shape)} for {n} rows")
+        for key in ("z_names", "z_mean", "z_std"):
+            if size(key) != d_z:
+                problems.append(f"{key} has {size(key)} entries for {d_z} explanation features")
+    if problems:
+        raise CLIError(f"{path} is a damaged gpytorch-explain model file ({'; '.join(problems)})")

@@ -34,7 +34,8 @@ class LimeExplainer(Explainer):
     :param predict_fn: numpy ``(n, D)`` -> ``(n,)``.
     :param train_x: numpy ``(n, D)`` training inputs (for LIME's sampling statistics).
     :param num_samples: perturbations per explained sample (LIME's default 5000).
-    :param seed: ``random_state`` for LIME.
+    :param seed: ``random_state`` for LIME, reset before each explained row: a row's explanation depends on the seed
+        and the row only (not on the rows explained before it, in this call or earlier ones). ``None``: random.
     """
 
     name = "LIME"
@@ -44,15 +45,24 @@ class LimeExplainer(Explainer):
         self.train_x = to_numpy(train_x)
         self.predict_fn = predict_fn
         self.num_samples = num_samples
+        self.seed = seed
         self.lime = lime_tabular.LimeTabularExplainer(
             self.train_x, mode="regression", discretize_continuous=False, random_state=seed, **kwargs
         )
 
     def explain(self, x) -> ExplainerOutput:
         xa = to_numpy(x)
+        if xa.ndim != 2 or xa.shape[1] != self.train_x.shape[1]:
+            raise ValueError(
+                f"LimeExplainer.explain takes rows of shape (m, {self.train_x.shape[1]}), got {tuple(xa.shape)}; "
+                "pass one sample as x[None, :]."
+            )
         D = xa.shape[1]
         coef = np.zeros_like(xa)
         for i, row in enumerate(xa):
+            if self.seed is not None:  # LIME draws its perturbations from this generator
+                self.lime.random_state = np.random.RandomState(self.seed)
+                self.lime.base.random_state = self.lime.random_state
             exp = self.lime.explain_instance(row, self.predict_fn, num_features=D, num_samples=self.num_samples)
             for j, c in exp.local_exp[1]:  # regression: key 1 is the model (key 0 is its negation)
                 coef[i, j] = c
@@ -94,7 +104,7 @@ class CaptumIGExplainer(Explainer):
     e.g. a GP's posterior mean ``lambda t: model(t).mean``. Weights are IG / :math:`(x_j - b_j)`.
 
     :param forward_fn: torch ``(n, D)`` -> ``(n,)``.
-    :param baseline: ``(D,)`` tensor (default 0).
+    :param baseline: ``(D,)`` tensor or array (default 0).
     :param n_steps: As in ``captum.attr.IntegratedGradients.attribute``.
     :param method: As in ``captum.attr.IntegratedGradients.attribute``.
     """
@@ -110,7 +120,10 @@ class CaptumIGExplainer(Explainer):
 
     def explain(self, x) -> ExplainerOutput:
         xt = x if torch.is_tensor(x) else torch.as_tensor(x, dtype=torch.float64)
-        base = torch.zeros_like(xt) if self.baseline is None else self.baseline.to(xt).expand_as(xt)
+        if self.baseline is None:
+            base = torch.zeros_like(xt)
+        else:
+            base = torch.as_tensor(self.baseline, dtype=xt.dtype, device=xt.device).expand_as(xt)
         attr = self.ig.attribute(xt, baselines=base, n_steps=self.n_steps, method=self.method)
         a = to_numpy(attr)
         return ExplainerOutput(a, None, safe_ratio(a, to_numpy(xt - base)))

@@ -95,7 +95,7 @@ def _ard_lengthscale(kernel: Kernel) -> Tensor:
 
 def _relevance_output(rel: Tensor, x: Tensor, baseline: Tensor | None) -> ExplainerOutput:
     """Relevance as weights, contributions = relevance ⊙ (x - baseline) (the GPX paper's weights ⊙ z)."""
-    diff = x if baseline is None else x - baseline.to(x)
+    diff = x if baseline is None else x - torch.as_tensor(baseline, dtype=x.dtype, device=x.device)
     return ExplainerOutput(rel * diff, None, rel)
 
 

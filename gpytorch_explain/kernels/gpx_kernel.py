@@ -25,6 +25,7 @@ from ..mlls.gpx_inducing_point_added_loss_term import GPXInducingPointAddedLossT
 from ..operators import GPXInducingLinearOperator, LowRankHadamardLinearOperator
 from ..operators.sample_diag_added_linear_operator import _SampleDiagAddedLinearOperator
 from ..settings import block_budget
+from ..utils.gp import kernel_diag
 from .ski_features import gpytorch_grid_order_matters, grid_features, grid_operator, supports_grid_features
 
 __all__ = ["GPXKernel"]
@@ -310,7 +311,7 @@ class GPXKernel(Kernel):
             if grid_op is not None:
                 base_diag = grid_op.diagonal()
             else:
-                base_diag = to_dense(self.base_kernel(xx1, xx2, diag=True, **params))
+                base_diag = to_dense(kernel_diag(self.base_kernel, xx1, xx2, **params))
             res = base_diag * (z1 * z2).sum(-1)
             return res + self.weight_noise * (z1 * z1).sum(-1) if same else res
         if grid_op is not None:
@@ -421,7 +422,7 @@ class GPXKernel(Kernel):
             weight_diag = self.weight_noise * zz1
             sample_diag = weight_diag
             if self.training or gsettings.sgpr_diagonal_correction.on():
-                exact = to_dense(ipk.base_kernel(x1, diag=True))
+                exact = to_dense(kernel_diag(ipk.base_kernel, x1))
                 trace = zz1 * (exact - phi1.pow(2).sum(-1)).clamp_min(0)
                 if self.training:
                     term = GPXInducingPointAddedLossTerm(trace, weight_diag, ipk.likelihood)

@@ -14,6 +14,7 @@ from linear_operator.operators import LinearOperator
 from torch import Tensor
 
 from ..operators.partitioned_kernel_linear_operator import PartitionedKernelLinearOperator, max_block_elements
+from ..utils.gp import kernel_diag
 
 __all__ = ["PartitionedKernel", "KernelCovarFunc", "max_block_elements", "keops_available"]
 
@@ -129,7 +130,7 @@ class PartitionedKernel(Kernel):
         if params:
             raise TypeError(f"PartitionedKernel got unexpected kernel keyword arguments {sorted(params)}.")
         if diag:
-            return to_dense(self.base_kernel(x1, x2, diag=True))
+            return to_dense(kernel_diag(self.base_kernel, x1, x2))
         outputs = self.base_kernel.num_outputs_per_input(x1, x2)
         if outputs != 1:
             raise NotImplementedError(

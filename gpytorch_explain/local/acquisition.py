@@ -32,6 +32,7 @@ from botorch.models.model import Model
 from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor
 
+from ..utils.gp import kernel_diag
 from .cached_posterior import CachedPosteriorModel
 
 __all__ = ["ACQUISITIONS", "GradientVarianceReduction", "gradient_cross_covariance", "make_acquisition"]
@@ -49,7 +50,7 @@ def _kernel_gradient_at(kernel, u0: Tensor, Z: Tensor) -> Tensor:
     """
     with torch.enable_grad():
         U0 = u0.expand_as(Z).clone().requires_grad_(True)
-        k = kernel(U0, Z, diag=True)
+        k = kernel_diag(kernel, U0, Z)
         k = k if torch.is_tensor(k) else k.to_dense()
         (g,) = torch.autograd.grad(k.sum(), U0, create_graph=True)
     return g

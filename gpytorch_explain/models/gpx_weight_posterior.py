@@ -45,6 +45,7 @@ from ..errors import ModelStateError
 from ..kernels.gpx_kernel import inducing_features
 from ..kernels.ski_features import grid_features
 from ..operators import InducingWeightPosteriorLinearOperator, WeightPosteriorLinearOperator
+from ..utils.gp import kernel_diag
 
 __all__ = ["inducing_weight_posterior", "latent_in_feature_space", "weight_posterior"]
 
@@ -110,7 +111,7 @@ def inducing_weight_posterior(model, x: Tensor, strategy, alpha: Tensor, detach:
     prior_diag = model.weight_noise.expand(x.size(0))
     if isinstance(base, InducingPointKernel) and gsettings.sgpr_diagonal_correction.on():
         ipk = base
-        exact = to_dense(ipk.base_kernel(x, diag=True))
+        exact = to_dense(kernel_diag(ipk.base_kernel, x))
         prior_diag = prior_diag + (exact - phi_test.pow(2).sum(-1)).clamp_min(0)
     covar = InducingWeightPosteriorLinearOperator(DiagLinearOperator(prior_diag), phi_test, chol, model.num_features)
     return MultitaskMultivariateNormal(mean, covar, interleaved=True)

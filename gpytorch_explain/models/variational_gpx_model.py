@@ -57,6 +57,7 @@ from ..fit import fit_variational_gpx_model
 from ..kernels import GPXKernel
 from ..mlls.gpx_variational_elbo import _is_probit_bernoulli
 from ..utils import check_feature_names, check_matrix, check_same_rows, median_heuristic_lengthscale
+from ..utils.gp import kernel_diag
 from ..variational import GPXVariationalStrategy
 
 __all__ = ["WEIGHT_NOISE_FLOOR", "VariationalGPXModel"]
@@ -111,7 +112,9 @@ class VariationalGPXModel(ApproximateGP):
         ``"meanfield"``, ``"independent"``, or a GPyTorch variational distribution of shape ``(d*M,)`` or
         batch ``(d,)`` x ``M``.
     :param learn_inducing_locations: Whether :math:`\mathbf U` is trained.
-    :param jitter_val: Jitter of :math:`k(\mathbf U,\mathbf U)` (default: GPyTorch's variational jitter).
+    :param jitter_val: Jitter of :math:`k(\mathbf U,\mathbf U)` (default: GPyTorch's variational jitter, which depends
+        on the dtype: 1e-4 in float32, 1e-6 in float64, so float32 and float64 models differ by about 1e-3 in relative
+        terms unless ``jitter_val`` is set).
     :param weight_noise: Initial :math:`\sigma_w^2`. It is constrained to :math:`\sigma_w^2 \ge`
         ``WEIGHT_NOISE_FLOOR`` :math:`= 10^{-8}` (``GreaterThan``), so it never underflows to exactly 0 (float32
         included), and the setter accepts any fitted value (``model.weight_noise = other.weight_noise.detach()``,
@@ -120,7 +123,8 @@ class VariationalGPXModel(ApproximateGP):
 
     Labels of a ``BernoulliLikelihood`` must be all in :math:`\{0, 1\}` or all in :math:`\{-1, +1\}` (checked in
     :meth:`fit` across batches and in :class:`GPXVariationalELBO`); ``SoftmaxLikelihood`` / multitask likelihoods and
-    half precision are refused at construction.
+    half precision are refused at construction. As with GPyTorch's own variational strategies,
+    ``gpytorch.settings.skip_posterior_variances`` is not used: the variances are always computed.
 
     Example:
         >>> import torch
@@ -330,7 +334,7 @@ class VariationalGPXModel(ApproximateGP):
         strategy._maybe_initialize()
         mean_v, middle = strategy.moments()
         interp = strategy.interp(x).expand(self.num_features, x.size(0), strategy.num_inducing)  # (d, m, M)
-        return interp, mean_v, middle, self.base_kernel(x, diag=True) + self.weight_noise
+        return interp, mean_v, middle, kernel_diag(self.base_kernel, x) + self.weight_noise
 
     def predict_weights(self, x: Tensor) -> MultitaskMultivariateNormal:
         r"""Variational posterior of the local weights :math:`\mathbf w_*=\mathbf g(\mathbf x_*)+\boldsymbol\epsilon_w`.

@@ -4,7 +4,8 @@ r"""Lazy joint posterior covariance of an attribution GP (gradients or integrate
 from __future__ import annotations
 
 import torch
-from linear_operator.operators import LinearOperator
+from linear_operator.operators import DenseLinearOperator, LinearOperator
+from linear_operator.utils.getitem import _is_noop_index
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
@@ -200,6 +201,21 @@ class AttributionPosteriorLinearOperator(BlockPosteriorLinearOperator):
         joint = self.derived.joint(self.x, self.x)  # (*batch, m, D, m, D)
         md = self.num_points * self.num_features
         return joint.reshape(*joint.shape[:-4], md, md)
+
+    # ------------------------------------------------------------------ batch operations
+    # linear_operator's defaults rebuild the operator from its batch-indexed (permuted, unsqueezed) arguments, but the
+    # prior k^LL and lazily computed rows come from ``derived``, whose kernel keeps its own batch shape: the rebuilt
+    # operator would pair batch member b's rows with every member's prior. These operations act on the dense matrix.
+    def _getitem(self, row_index, col_index, *batch_indices) -> LinearOperator:
+        if all(_is_noop_index(index) for index in batch_indices):
+            return super()._getitem(row_index, col_index, *batch_indices)
+        return DenseLinearOperator(self.to_dense())._getitem(row_index, col_index, *batch_indices)
+
+    def _permute_batch(self, *dims: int) -> LinearOperator:
+        return DenseLinearOperator(self.to_dense())._permute_batch(*dims)
+
+    def _unsqueeze_batch(self, dim: int) -> LinearOperator:
+        return DenseLinearOperator(self.to_dense())._unsqueeze_batch(dim)
 
     def _transpose_nonbatch(self) -> LinearOperator:
         if self.middle is None:

@@ -9,6 +9,7 @@ from linear_operator.utils.memoize import cached
 from torch import Tensor
 
 from ..settings import block_budget
+from ..utils.linalg import kron_identity
 
 __all__ = ["InducingWeightPosteriorLinearOperator"]
 
@@ -59,6 +60,17 @@ class InducingWeightPosteriorLinearOperator(LinearOperator):
                 f"Inconsistent shapes: prior {tuple(prior_covar.shape)}, test features {tuple(test_features.shape)}, "
                 f"capacitance factor {tuple(capacitance_cholesky.shape)}, d = {d}."
             )
+        # every argument carries the full batch shape (as views), so that linear_operator's batch indexing,
+        # permutation and expansion, which act on each argument alike, see matching batch dimensions
+        batch = torch.broadcast_shapes(
+            prior_covar.batch_shape, test_features.shape[:-2], capacitance_cholesky.shape[:-2]
+        )
+        if prior_covar.batch_shape != batch:
+            prior_covar = prior_covar.expand(*batch, m, m)
+        if test_features.shape[:-2] != batch:
+            test_features = test_features.expand(*batch, m, m_ind)
+        if capacitance_cholesky.shape[:-2] != batch:
+            capacitance_cholesky = capacitance_cholesky.expand(*batch, d * m_ind, d * m_ind)
         super().__init__(prior_covar, test_features, capacitance_cholesky, num_features=d)
         self.prior_covar = prior_covar
         self.test_features = test_features
@@ -186,6 +198,5 @@ class InducingWeightPosteriorLinearOperator(LinearOperator):
 
     @cached
     def to_dense(self) -> Tensor:
-        eye = torch.eye(self.num_features, dtype=self.dtype, device=self.device)
         h = torch.cat([self._h_columns(points) for points in self._chunks()], dim=-1)
-        return torch.kron(self.prior_covar.to_dense(), eye) + h.mT @ h
+        return kron_identity(self.prior_covar.to_dense(), self.num_features) + h.mT @ h

@@ -9,6 +9,7 @@ from linear_operator.utils.memoize import cached
 from torch import Tensor
 
 from ..settings import block_budget
+from ..utils.linalg import kron_identity
 from .block_posterior_linear_operator import BlockPosteriorLinearOperator
 
 __all__ = ["WeightPosteriorLinearOperator"]
@@ -63,6 +64,15 @@ class WeightPosteriorLinearOperator(BlockPosteriorLinearOperator):
                 f"Inconsistent shapes: prior {tuple(prior_covar.shape)}, cross {tuple(cross_covar.shape)}, "
                 f"train_z {tuple(train_z.shape)}, factor {tuple(factor.shape)}."
             )
+        # every argument carries the full batch shape (as views), so that linear_operator's batch indexing,
+        # permutation and expansion, which act on each argument alike, see matching batch dimensions
+        batch = torch.broadcast_shapes(
+            prior_covar.batch_shape, cross_covar.shape[:-2], train_z.shape[:-2], factor.shape[:-2]
+        )
+        prior_covar = prior_covar if prior_covar.batch_shape == batch else prior_covar.expand(*batch, m, m)
+        cross_covar = cross_covar if cross_covar.shape[:-2] == batch else cross_covar.expand(*batch, m, n)
+        train_z = train_z if train_z.shape[:-2] == batch else train_z.expand(*batch, *train_z.shape[-2:])
+        factor = factor if factor.shape[:-2] == batch else factor.expand(*batch, *factor.shape[-2:])
         super().__init__(prior_covar, cross_covar, train_z, factor, factor_type=factor_type)
         self.prior_covar = prior_covar
         self.cross_covar = cross_covar
@@ -144,8 +154,8 @@ class WeightPosteriorLinearOperator(BlockPosteriorLinearOperator):
         return self.prior_covar._diagonal()[..., None, None] * eye
 
     def _prior_dense(self) -> Tensor:
-        eye = torch.eye(self.num_features, dtype=self.dtype, device=self.device)
-        return torch.kron(self.prior_covar.to_dense(), eye)
+        # (K** + σw² I) ⊗ I_d by broadcasting (torch.kron rejects the views a transpose or a batch expansion gives)
+        return kron_identity(self.prior_covar.to_dense(), self.num_features)
 
     def _prior_matmul(self, rhs: Tensor) -> Tensor:
         m, d, t = self.num_points, self.num_features, rhs.size(-1)

@@ -12,7 +12,7 @@ from linear_operator.utils.errors import NanError, NotPSDError
 from linear_operator.utils.warnings import NumericalWarning
 from torch import Tensor
 
-__all__ = ["dense_gaussian_nll", "dense_limit", "solve_checked"]
+__all__ = ["dense_gaussian_nll", "dense_limit", "kron_identity", "solve_checked"]
 
 
 def dense_limit() -> int:
@@ -23,6 +23,22 @@ def dense_limit() -> int:
     from .. import settings as explain_settings
 
     return max(gsettings.max_cholesky_size.value(), explain_settings.max_cholesky_size.value())
+
+
+def kron_identity(matrix: Tensor, d: int) -> Tensor:
+    r""":math:`\mathbf P \otimes \mathbf I_d` for a batch of matrices ``(*batch, m, k)`` → ``(*batch, m d, k d)``.
+
+    Entry ``(p d + a, q d + b)`` is :math:`P_{pq}\,\delta_{ab}`. Unlike :func:`torch.kron` (which takes the Kronecker
+    product over the batch dimensions too and rejects non-contiguous views such as transposes or expansions), it
+    broadcasts over the batch.
+
+    >>> import torch
+    >>> kron_identity(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), 2)[0]
+    tensor([1., 0., 2., 0.])
+    """
+    eye = torch.eye(d, dtype=matrix.dtype, device=matrix.device)
+    blocks = matrix[..., :, None, :, None] * eye[:, None, :]  # (*batch, m, d, k, d)
+    return blocks.reshape(*matrix.shape[:-2], matrix.size(-2) * d, matrix.size(-1) * d)
 
 
 #: CG iterations per round of a derived solve (see :func:`solve_checked`).
@@ -57,7 +73,9 @@ def solve_checked(operator, rhs: Tensor, limit: float | None = None, what: str =
     run it cannot reach much below a relative residual of :math:`10^{-5}`, and a tighter tolerance made it spend
     its whole budget on the plateau (``2n`` iterations for GPX's derived solves). The rounds stop at the target
     ``gpytorch.settings.cg_tolerance``, or once a round no longer halves the residual while it is already within
-    ``limit``. A solve that is direct (Cholesky, Woodbury) ends after the first round.
+    ``limit``. The target is at most :func:`gpytorch_explain.settings.derived_solve_tolerance` (GPyTorch's own
+    default ``cg_tolerance``, 1.0, is meant for training). A solve that is direct (Cholesky, Woodbury) ends after the
+    first round.
 
     Example:
         >>> import torch
@@ -69,7 +87,7 @@ def solve_checked(operator, rhs: Tensor, limit: float | None = None, what: str =
     from gpytorch import settings as gsettings
 
     from ..errors import ConvergenceError
-    from ..settings import cg_residual_limit
+    from ..settings import cg_residual_limit, derived_solve_tolerance
 
     if limit is None:
         limit = cg_residual_limit(rhs.dtype)
@@ -82,7 +100,9 @@ def solve_checked(operator, rhs: Tensor, limit: float | None = None, what: str =
         _check_finite(res, what, ConvergenceError)
         _, rel = _relative_residual(operator, res, rhs)
     else:
-        target = gsettings.cg_tolerance.value()
+        # GPyTorch's own default cg_tolerance (1.0, meant for training) would end the rounds at once; a derived
+        # solve aims at least at derived_solve_tolerance
+        target = min(gsettings.cg_tolerance.value(), derived_solve_tolerance(rhs.dtype))
         res, resid, rel, used = None, rhs, 1.0, 0
         while used < budget:
             rounds = min(CG_ROUND_ITERATIONS, budget - used)
@@ -105,7 +125,8 @@ def solve_checked(operator, rhs: Tensor, limit: float | None = None, what: str =
     if rel > limit:
         raise ConvergenceError(
             f"Conjugate gradients did not converge for {what}: relative residual {rel:.2e} > {limit:.0e} "
-            "(gpytorch_explain.settings.max_cg_residual). Raise gpytorch.settings.max_cg_iterations or "
+            "(gpytorch_explain.settings.max_cg_residual). Raise gpytorch.settings.max_cg_iterations, lower "
+            "gpytorch.settings.cg_tolerance, raise "
             "gpytorch.settings.max_preconditioner_size, use float64, or use an inducing-point base kernel "
             "(solved exactly)."
         )

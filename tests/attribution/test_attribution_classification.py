@@ -183,6 +183,22 @@ def test_moments_multitask_and_chunking():
     _close(mom.mean.mT, pred.mean, 1e-10, "multitask latent mean")
 
 
+@pytest.mark.parametrize("m", [3, 5])
+def test_multitask_moments_when_a_chunk_holds_as_many_points_as_classes(m):
+    # gpytorch's Kernel.__call__ takes the diagonal of a batched kernel's (C, m) diag output when m == C (it looks
+    # like an m x m matrix), so every point got another class's prior variance; a chunk of C points (m == C, or the
+    # first chunk of m = 5 with chunk_size 3) must match the model's own predictive
+    model = _svgp("ard", "linear", num_tasks=3, seed=4)
+    model.covar_module.outputscale = torch.tensor([0.5, 1.0, 2.0], dtype=DTYPE)  # a prior variance per class
+    xs = _points(m, seed=6)
+    with torch.no_grad():
+        pred = model(xs)  # MultitaskMultivariateNormal (m, C), with the whitened strategy's jitter 1e-6
+    for chunk in (256, 3):
+        mom = latent_gradient_moments(model, xs, chunk_size=chunk)
+        _close(mom.variance + 1e-6, pred.variance.mT, 1e-8, f"latent variance, m = {m}, chunk_size = {chunk}")
+        _close(mom.mean, pred.mean.mT, 1e-10, f"latent mean, m = {m}, chunk_size = {chunk}")
+
+
 # =============================================================================================
 # (2) binary
 # =============================================================================================

@@ -545,3 +545,46 @@ def test_derived_kernels_are_gpytorch_kernels():
     assert igk(x1).to_dense().shape == (12, 12) and igk.cross_covariance(x1, x2).shape == (12, 2)
     # the kernel shares the base kernel's hyperparameters
     assert any(p is base.raw_outputscale for p in igk.parameters())
+
+
+@pytest.mark.parametrize("functional", ["gradient", "ig"])
+@pytest.mark.parametrize("batched_points", [False, True])
+def test_batch_indexed_covariance_is_that_of_the_member_model(functional, batched_points):
+    # linear_operator's batch indexing rebuilt the operator from its indexed arguments but kept the derived prior's
+    # kernel with the whole batch: member 1's rows met member 0's prior (errors ~5 with distinct hyperparameters),
+    # or unbatched points raised. Reference: a model of member b alone, with its data and hyperparameters.
+    gen = torch.Generator().manual_seed(21)
+    D = 3
+    x = torch.rand(2, 12, D, generator=gen, dtype=DTYPE) * 2 - 1
+    y = torch.sin(2 * x[..., 0]) + 0.3 * x[..., 1] + 0.05 * torch.randn(2, 12, generator=gen, dtype=DTYPE)
+    lengthscales = torch.tensor([[[0.5, 1.0, 2.0]], [[1.5, 0.7, 3.0]]], dtype=DTYPE)
+    outputscales = torch.tensor([1.0, 3.0], dtype=DTYPE)
+    noises = torch.tensor([[0.04], [0.1]], dtype=DTYPE)
+
+    def model_of(xb, yb, ls, os, noise, batch):
+        kernel = gpytorch.kernels.ScaleKernel(
+            gpytorch.kernels.RBFKernel(ard_num_dims=D, batch_shape=batch), batch_shape=batch
+        )
+        model = ExactModel(xb, yb, kernel).to(DTYPE)
+        kernel.base_kernel.lengthscale, kernel.outputscale, model.likelihood.noise = ls, os, noise
+        return model.eval()
+
+    batch_model = model_of(x, y, lengthscales, outputscales, noises, torch.Size([2]))
+    gen_pts = torch.Generator().manual_seed(22)
+    pts = torch.rand(4, D, generator=gen_pts, dtype=DTYPE) * 2 - 1
+    baseline = torch.zeros(D, dtype=DTYPE)
+
+    def attribution(model):
+        if functional == "gradient":
+            return PosteriorGradient(model)
+        return PosteriorIntegratedGradients(model, baseline=baseline)
+
+    dist = attribution(batch_model)(pts.expand(2, 4, D) if batched_points else pts)
+    cov = dist.lazy_covariance_matrix
+    for b in range(2):
+        single = model_of(x[b], y[b], lengthscales[b], outputscales[b], noises[b], torch.Size())
+        ref = attribution(single)(pts)
+        _rel_close(cov[b].to_dense(), ref.covariance_matrix, 1e-9, f"covariance of member {b}")
+        _rel_close(cov[b, 2:7, :].to_dense(), ref.covariance_matrix[2:7, :], 1e-9, f"rows of member {b}")
+        _rel_close(dist[b].variance, ref.variance, 1e-9, f"variance of member {b}")
+        _rel_close(dist[b].mean, ref.mean, 1e-9, f"mean of member {b}")

@@ -228,7 +228,7 @@ def test_local_with_a_sklearn_model(tmp_path):
                   "--budget", "14", "--acquisition", "variance", "--quiet", "--out", "local.csv", "--plot", "local.png",
                   cwd=tmp_path)  # fmt: skip
     assert res.returncode == 0, res.stderr
-    assert f"row 3 of data.csv: prediction = {y[3]:.6g}" in res.stdout and "IG ± 1 std" in res.stdout
+    assert f"row 3 (line 5) of data.csv: prediction = {y[3]:.6g}" in res.stdout and "IG ± 1 std" in res.stdout
     _, rows = read_out(tmp_path / "local.csv")
     assert [row["feature"] for row in rows] == FEATURES
     np.testing.assert_allclose(column(rows, "value"), X[3], rtol=1e-12)
@@ -375,6 +375,8 @@ def test_fit_errors(files, tmp_path, capsys, monkeypatch):
     assert_error(capsys, ["fit", str(tmp_path / "header.csv"), "--target", "y", "--out", "m.pt"], "no data rows")
     assert_error(capsys, ["fit", "train.csv", "--target", "y", "--features", "a", "--model", "gpr", "--z", "a,b",
                           "--out", "m.pt"], "--z (separate explanation features) needs --model gpx")  # fmt: skip
+    assert_error(capsys, ["fit", "train.csv", "--target", "y", "--features", "a,b", "--out",
+                          str(tmp_path / "no_folder" / "m.pt")], "folder", "does not exist")  # fmt: skip
     assert not list(files.glob("m.pt*")) and not list(files.glob(".m.pt*"))
 
 
@@ -449,6 +451,16 @@ def test_explain_errors(files, gpx_file, tmp_path, capsys, monkeypatch):
     assert_error(capsys, ["explain", "gpx.pt", "rows.csv", "--row-ids", "key", "--out", out],
                  "no --row-ids column 'key'")  # fmt: skip
     assert not os.path.exists(out) and not list(tmp_path.glob(".out.csv*"))
+    # a damaged file (standardisation of the wrong length) and a missing output folder, named before any work
+    damaged = torch.load(gpx_file, weights_only=True)
+    damaged["x_mean"] = damaged["x_mean"][:2]
+    torch.save(damaged, tmp_path / "damaged.pt")
+    assert_error(capsys, ["explain", str(tmp_path / "damaged.pt"), "rows.csv", "--out", out],
+                 "damaged gpytorch-explain model file (x_mean has 2 entries for 3 features)")  # fmt: skip
+    plots = tmp_path / "plots_not_made"
+    assert_error(capsys, ["explain", "gpx.pt", "rows.csv", "--out", str(tmp_path / "no" / "o.csv"), "--plots",
+                          str(plots)], "folder", "does not exist")  # fmt: skip
+    assert not plots.exists()
     # another package version with the same format is read, with a note
     payload.update(format_version=modelfile.FORMAT_VERSION, package_version="0.0.1")
     torch.save(payload, tmp_path / "older.pt")
@@ -622,6 +634,18 @@ def test_read_csv_edge_cases(tmp_path):
         read_csv(str(path))
     with pytest.raises(CLIError, match="is a directory"):
         read_csv(str(tmp_path))
+    # a line of empty cells is a row of missing values (it was dropped and later rows renumbered); blank lines are
+    # not rows, and messages give each row's own line in the file
+    path.write_text("a,b\n1,2\n,\n\n3,x\n")
+    table = read_csv(str(path))
+    assert len(table) == 3 and table.lines == [2, 3, 5]
+    assert np.isnan(table.numeric(["a"])[1, 0]) and table.numeric(["a"])[2, 0] == 3.0
+    with pytest.raises(CLIError, match=r"column 'b', row 2 \(line 5\): 'x' is not a number"):
+        table.numeric(["b"])
+    # a first line of numbers is read as the header: a missing column's message says so
+    path.write_text("0.5,1.5\n1,2\n")
+    with pytest.raises(CLIError, match="every column name is a number"):
+        read_csv(str(path)).numeric(["y"])
 
 
 def test_table_numeric_missing_and_bad_cells():
@@ -700,3 +724,16 @@ def test_fit_and_explain_do_not_depend_on_units(data, tmp_path, capsys):
         outs[unit] = read_out(folder / "o.csv")[1][:5]
     for key in ("prediction", "prediction_std", "baseline", "contribution_a", "contribution_b_std"):
         np.testing.assert_allclose(column(outs[1e-13], key) * 1e13, column(outs[1.0], key), rtol=1e-6, err_msg=key)
+
+
+def test_plot_file_names_never_collide(monkeypatch, tmp_path):
+    # ids "a_2", "a" and "a!" sanitise to row_a_2, row_a, row_a: the third was renamed row_a_2 and overwrote the first
+    from gpytorch_explain.cli import plots
+
+    written = []
+    monkeypatch.setattr(plots, "row_plot", lambda path, row_id, *rest: written.append((os.path.basename(path), row_id)))
+    monkeypatch.setattr(plots, "summary_plot", lambda path, *rest: written.append((os.path.basename(path), None)))
+    plots.write_plots(str(tmp_path), ["a_2", "a", "a!", "a"], ["f"], {}, "y", "IG")
+    names = [name for name, _ in written]
+    assert len(set(names)) == len(names) == 5
+    assert written[:2] == [("row_a_2.png", "a_2"), ("row_a.png", "a")]

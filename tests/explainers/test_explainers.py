@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The explainer adapters against the quantities they wrap, computed independently."""
 
+import importlib.util
+
 import gpytorch
 import numpy as np
 import pytest
@@ -132,3 +134,29 @@ def test_captum_ig_matches_exact_ig_mean(gp):
     exact = IGExplainer(model, baseline=b).explain(x[:3]).contributions
     cap = CaptumIGExplainer(lambda t: model(t).mean, baseline=b, n_steps=64).explain(x[:3]).contributions
     np.testing.assert_allclose(cap, exact, atol=1e-6)
+
+
+def test_lime_is_reseeded_per_row_and_rejects_a_vector():
+    # LIME's generator carried over across rows and calls: the same row gave other numbers in a second call or
+    # inside a batch
+    pytest.importorskip("lime")
+    rng = np.random.default_rng(1)
+    train = rng.normal(size=(100, 3))
+    explainer = LimeExplainer(lambda a: np.sin(a[:, 0]) + a[:, 1] * a[:, 2], train, num_samples=300, seed=0)
+    both = explainer.explain(train[:2]).weights
+    np.testing.assert_array_equal(explainer.explain(train[:2]).weights, both)
+    np.testing.assert_array_equal(explainer.explain(train[1:2]).weights[0], both[1])
+    with pytest.raises(ValueError, match=r"rows of shape \(m, 3\)"):
+        explainer.explain(train[0])
+
+
+def test_array_baselines_are_accepted(gp):
+    model, x = gp
+    b = np.array([0.5, 0.0, -1.0])
+    expected = ARDExplainer(model, baseline=torch.as_tensor(b)).explain(x[:2]).contributions
+    np.testing.assert_allclose(ARDExplainer(model, baseline=b).explain(x[:2]).contributions, expected, atol=0)
+    if importlib.util.find_spec("captum") is not None:
+        fn = lambda t: model(t).mean  # noqa: E731
+        a = CaptumIGExplainer(fn, baseline=b).explain(x[:2]).contributions
+        t = CaptumIGExplainer(fn, baseline=torch.as_tensor(b)).explain(x[:2]).contributions
+        np.testing.assert_allclose(a, t, atol=0)

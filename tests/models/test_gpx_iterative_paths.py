@@ -199,3 +199,23 @@ def test_solve_checked_runs_cg_in_rounds_and_stops_at_a_stall():
         y = linalg.solve_checked(easy, rhs)
     assert ((easy.to_dense() @ y - rhs).norm(dim=0) / rhs.norm(dim=0)).max() < 1e-7
     assert Counting.products <= 100  # a few short rounds, each ended by CG at its tolerance
+
+
+def test_solve_checked_under_gpytorchs_default_cg_tolerance():
+    # GPyTorch's default cg_tolerance is 1.0 (for training): the rounds ended after the first one and the residual
+    # check raised "did not converge" with the iteration budget unspent
+    from linear_operator.operators import DenseLinearOperator
+
+    from gpytorch_explain.utils import solve_checked
+
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(200, 200, generator=gen, dtype=DTYPE)
+    a = a @ a.mT / 200 + 0.05 * torch.eye(200, dtype=DTYPE)
+    rhs = torch.randn(200, 2, generator=gen, dtype=DTYPE)
+    assert gpytorch.settings.cg_tolerance.value() == 1.0
+    with gpytorch.settings.max_cholesky_size(0):  # CG
+        res = solve_checked(DenseLinearOperator(a), rhs)
+    resid = (a @ res - rhs).norm(dim=0) / rhs.norm(dim=0)
+    # the rounds go on to the target or a stall (here ~1e-6, where finite-precision CG stalls), far below the
+    # residual of the first round (0.84 before)
+    assert resid.max() <= 1e-5

@@ -95,3 +95,17 @@ class TestInducingWeightPosteriorLinearOperatorBatch(TestInducingWeightPosterior
         return InducingWeightPosteriorLinearOperator(
             DenseLinearOperator(prior.requires_grad_(True)), phi.requires_grad_(True), chol.requires_grad_(True), D
         )
+
+
+def test_batch_indexing_and_transpose_with_shared_test_features():
+    # a batched capacitance factor with one Φ* (m, M) and one P: the size came from Φ* alone and op[b] indexed the
+    # unbatched arguments; the Kronecker product rejected the expanded (non-contiguous) prior
+    prior, phi, _ = _parts(seed=6)
+    _, _, chol = _parts(2, seed=7)
+    op = InducingWeightPosteriorLinearOperator(prior, phi, chol, D)
+    assert op.shape == (2, M_POINTS * D, M_POINTS * D)
+    for b in range(2):
+        ref = _dense(prior, phi, chol[b], D)
+        assert torch.allclose(op[b].to_dense(), ref, atol=1e-12)
+        assert torch.allclose(op.to_dense()[b], ref, atol=1e-12)
+        assert torch.allclose(op.mT.to_dense()[b], ref.mT, atol=1e-12)

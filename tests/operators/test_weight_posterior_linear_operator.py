@@ -175,3 +175,45 @@ class TestWeightPosteriorLinearOperatorSolve(TestWeightPosteriorLinearOperatorCh
     for _name in ("test_inv_quad_logdet", "test_inv_quad_logdet_no_reduce", "test_root_decomposition_cholesky"):
         locals()[_name] = unittest.skip(_NESTED)(lambda self: None)
     del _name
+
+
+def _dense_reference(prior, cross, z, covar):
+    """(K** + σw² I) ⊗ I_d - Bᵀ C⁻¹ B, with the Kronecker product and B written out by index arithmetic."""
+    m, d = prior.size(-1), z.size(-1)
+    kron = prior.new_zeros(*prior.shape[:-2], m * d, m * d)
+    for p in range(m):
+        for q in range(m):
+            for feature in range(d):
+                kron[..., p * d + feature, q * d + feature] = prior[..., p, q]
+    b = _b(cross, z)
+    return kron - b.mT @ torch.linalg.solve(covar, b)
+
+
+def test_transposed_and_feature_scaled_transposed_to_dense():
+    # torch.kron rejected the non-contiguous prior a transpose gives ("view size is not compatible")
+    from gpytorch_explain.operators import FeatureScaledLinearOperator
+
+    prior, cross, z, covar = _parts(seed=3)
+    op = WeightPosteriorLinearOperator(prior, cross, z, torch.linalg.cholesky(covar))
+    ref = _dense_reference(prior, cross, z, covar)
+    assert torch.allclose(op.mT.to_dense(), ref.mT, atol=1e-12)
+    scale = torch.tensor([2.0, -0.5], dtype=torch.float64)
+    scaled = FeatureScaledLinearOperator(op, scale).mT.to_dense()
+    c = scale.repeat(M)
+    assert torch.allclose(scaled, (c[:, None] * ref * c[None, :]).mT, atol=1e-12)
+
+
+def test_batch_indexing_with_shared_training_explanation_features():
+    # a batched prior, cross-covariance and factor with one Z (n, d) for the batch: op[b] indexed every argument,
+    # the unbatched Z included ("Dimension out of range")
+    prior, cross, z, _ = _parts(2, seed=4)
+    z = z[0]
+    eye_n = torch.eye(N, dtype=torch.float64)
+    x = torch.randn(2, N, 2, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    covar = SIGMA_Y2 * eye_n + (_rbf(x, x) + SIGMA_W2 * eye_n) * (z @ z.mT)
+    op = WeightPosteriorLinearOperator(prior, cross, z, torch.linalg.cholesky(covar))
+    assert op.shape == (2, M * D, M * D)
+    for b in range(2):
+        ref = _dense_reference(prior[b], cross[b], z, covar[b])
+        assert torch.allclose(op[b].to_dense(), ref, atol=1e-12)
+        assert torch.allclose(op[b, :4, 1:].to_dense(), ref[:4, 1:], atol=1e-12)
