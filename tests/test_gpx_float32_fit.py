@@ -35,6 +35,9 @@ def _loss64(model):
 def test_float32_fit_reaches_the_float64_optimum():
     m64, xt, ft = _model(torch.float64)
     m32, _, _ = _model(torch.float32)
+    with torch.no_grad():  # the same start: the float32 model's (rounded) initial values
+        for p, q in zip(m64.parameters(), m32.parameters(), strict=True):
+            p.copy_(q)
     fit_gpx_model(m64, max_iter=30)
     fit_gpx_model(m32, max_iter=30)
     assert all(p.dtype == torch.float32 for p in m32.parameters()) and not m32.training

@@ -139,9 +139,11 @@ class GPXModel(gpytorch.models.ExactGP):
     ):
         train_x, train_y, train_z = self._check_data(train_x, train_y, train_z)
         if likelihood is None:
-            likelihood = GaussianLikelihood()
+            # created in the data's dtype before the values are set (else float64 models start at float32-rounded
+            # values, e.g. a noise of 0.010000002)
+            likelihood = GaussianLikelihood().to(dtype=train_x.dtype, device=train_x.device)
             y_var = train_y.var().item() if standardize_y and train_y.numel() > 1 else 1.0
-            likelihood.noise = 0.01 * (y_var if y_var > 0 else 1.0)
+            likelihood.noise = torch.tensor(0.01 * (y_var if y_var > 0 else 1.0), dtype=train_x.dtype)
         elif not isinstance(likelihood, GaussianLikelihood):
             raise TypeError(f"GPXModel needs a GaussianLikelihood (exact inference), got {type(likelihood).__name__}.")
         likelihood = likelihood.to(dtype=train_x.dtype, device=train_x.device)
@@ -155,6 +157,7 @@ class GPXModel(gpytorch.models.ExactGP):
         x_scale = column_scale(train_x.detach()) if standardize_x else torch.ones_like(train_x[0])
         if base_kernel is None:
             base_kernel = ScaleKernel(RBFKernel(ard_num_dims=x_dims if standardize_x else None))
+            base_kernel = base_kernel.to(dtype=train_x.dtype, device=train_x.device)
             base_kernel.outputscale = 1.0
             if train_x.size(0) >= 2:
                 lengthscale = median_heuristic_lengthscale(train_x.detach() / x_scale)
@@ -174,6 +177,7 @@ class GPXModel(gpytorch.models.ExactGP):
         else:
             self.mean_module = ZeroMean()
         self.covar_module = GPXKernel(base_kernel, x_dims=x_dims, z_dims=z_dims)
+        self.covar_module.to(dtype=train_x.dtype, device=train_x.device)
         self.covar_module.weight_noise = 0.01
         self.to(dtype=train_x.dtype, device=train_x.device)  # before the scale buffer: kept in the data's dtype
         if standardize_x or standardize_y:

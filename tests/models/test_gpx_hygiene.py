@@ -244,3 +244,13 @@ def test_memory_check_before_the_dense_path(monkeypatch):
 def test_available_memory_is_positive():
     value = memory_module.available_memory("cpu")
     assert value is None or value > 0
+
+
+def test_float64_models_start_at_float64_values():
+    # the defaults were set before the conversion to the data's dtype: a float64 model started at a noise of
+    # 0.010000002 (0.01 rounded through float32)
+    x = torch.randn(20, 2, dtype=torch.float64)
+    model = GPXModel(x, x[:, 0])
+    assert abs(model.likelihood.noise.item() - 0.01) < 1e-15
+    assert abs(model.covar_module.weight_noise.item() - 0.01) < 1e-15
+    assert model.likelihood.noise.dtype == torch.float64
