@@ -176,8 +176,8 @@ class VariationalGPXModel(ApproximateGP):
         num_inducing = inducing_points.size(-2)
 
         if likelihood is None:
-            likelihood = GaussianLikelihood()
-            likelihood.noise = 0.01
+            likelihood = GaussianLikelihood().to(dtype=dtype, device=device)  # float64 values stay float64
+            likelihood.noise = torch.tensor(0.01, dtype=dtype)
         elif not isinstance(likelihood, Likelihood):
             raise TypeError(f"likelihood must be a gpytorch Likelihood, got {type(likelihood).__name__}.")
         elif isinstance(likelihood, (MultitaskGaussianLikelihood, SoftmaxLikelihood)):
@@ -190,7 +190,7 @@ class VariationalGPXModel(ApproximateGP):
             )
 
         if base_kernel is None:
-            base_kernel = ScaleKernel(RBFKernel())
+            base_kernel = ScaleKernel(RBFKernel()).to(dtype=dtype, device=device)
             base_kernel.outputscale = 1.0
             flat = inducing_points.detach().reshape(-1, x_dims)
             if flat.size(0) >= 2:

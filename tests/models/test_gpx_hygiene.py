@@ -254,3 +254,12 @@ def test_float64_models_start_at_float64_values():
     assert abs(model.likelihood.noise.item() - 0.01) < 1e-15
     assert abs(model.covar_module.weight_noise.item() - 0.01) < 1e-15
     assert model.likelihood.noise.dtype == torch.float64
+
+
+def test_float64_variational_models_start_at_float64_values():
+    from gpytorch_explain import VariationalGPXModel
+
+    x = torch.randn(20, 2, dtype=torch.float64)
+    model = VariationalGPXModel(x[:6])
+    assert abs(model.likelihood.noise.item() - 0.01) < 1e-15
+    assert abs(model.weight_noise.item() - 0.01) < 1e-15
