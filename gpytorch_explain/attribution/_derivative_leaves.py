@@ -29,6 +29,7 @@ from torch import Tensor
 
 from ..errors import KernelNotDifferentiableError
 from ._differentiability import check_mean_square_differentiable
+from ._roles import kernel_role
 
 _RADIAL = (RBFKernel, RQKernel, MaternKernel)
 _CLOSED = (RBFKernel, RQKernel, MaternKernel, PeriodicKernel, LinearKernel, ConstantKernel)
@@ -233,7 +234,7 @@ def _closed_leaf(kernel: Kernel, x1: Tensor, x2: Tensor, npd: int, need: int) ->
 
 
 def _is_closed(kernel: Kernel, method: str) -> bool:
-    return type(kernel) in _CLOSED and method == "auto"
+    return kernel_role(kernel) in _CLOSED and method == "auto"
 
 
 def _derivs(
@@ -241,22 +242,23 @@ def _derivs(
 ) -> _Derivs:
     """Recursive values/derivatives of ``kernel`` on the broadcast block ``x1``, ``x2`` (``need``: 0, 1 or 2)."""
     _check_leaf(kernel)
-    structural = type(kernel) in _STRUCT or _is_closed(kernel, method)
+    role = kernel_role(kernel)
+    structural = role in _STRUCT or _is_closed(kernel, method)
     if not structural:
         return _autograd_leaf(kernel, x1, x2, npd, need, use_call=apply_active)
     dims = x1.size(-1)
     idx = kernel.active_dims if apply_active else None
     if idx is not None:
         x1, x2 = x1.index_select(-1, idx), x2.index_select(-1, idx)
-    if type(kernel) is ScaleKernel:
+    if role is ScaleKernel:
         res = _derivs(kernel.base_kernel, x1, x2, npd, need, method, apply_active=False)
         res = res.scale(_scalar(kernel.outputscale, npd))
-    elif type(kernel) is AdditiveKernel:
+    elif role is AdditiveKernel:
         parts = [_derivs(c, x1, x2, npd, need, method) for c in kernel.kernels]
         res = parts[0]
         for p in parts[1:]:
             res = res + p
-    elif type(kernel) is ProductKernel:
+    elif role is ProductKernel:
         parts = [_derivs(c, x1, x2, npd, need, method) for c in kernel.kernels]
         res = parts[0]
         for p in parts[1:]:
@@ -313,6 +315,57 @@ def _check_connected(K: Tensor, s: Tensor, t: Tensor, name: str) -> None:
         )
 
 
+def _coincident_mixed(evaluate, h: Tensor, a1: Tensor, a2: Tensor, back, fn) -> Tensor:
+    r"""The mixed second derivatives at (nearly) coincident pairs, read off shifted evaluations.
+
+    Kernels written on GPyTorch's squared distance (``covar_dist(..., square_dist=True)``, the pattern GPyTorch
+    recommends for new kernels) compute :math:`\|\mathbf x\|^2 + \|\mathbf x'\|^2 - 2\mathbf x^\top\mathbf x'`
+    and clamp it at 0. At a pair closer than the round-off of that expression it can come out negative, the clamp
+    cuts its gradient, and autograd drops the :math:`\partial_i\partial'_j` term of the squared distance: a variance
+    term lost, and joint covariances with negative diagonals. For such pairs (distance below
+    :math:`100\sqrt{\epsilon}\max(1, |x|)`) the derivative is taken instead with the second argument shifted by
+    :math:`\pm e\,\mathbf u` (:math:`\mathbf u` a unit diagonal, :math:`e = \varepsilon, 2\varepsilon`) and the
+    central averages :math:`\bar h(e)` are extrapolated, :math:`(4\bar h(\varepsilon) - \bar h(2\varepsilon))/3`:
+    an error :math:`O(\varepsilon^4)` for a twice continuously differentiable kernel. The derivatives at the shifted
+    points are autograd's (exact), so only the step's smoothness error enters; :math:`\varepsilon` is read off the
+    kernel itself (:func:`_correlation_step`), small against its correlation length.
+    """
+    dist = back((a1.unsqueeze(-2) - a2.unsqueeze(-3)).abs().amax(-1).detach(), 0)
+    size = max(1.0, float(a1.detach().abs().max()), float(a2.detach().abs().max()))
+    eps = torch.finfo(a1.dtype).eps
+    near = dist <= 100.0 * math.sqrt(eps) * size
+    if not bool(near.any()):
+        return h
+    d = a1.size(-1)
+    u = torch.full((d,), 1.0 / math.sqrt(d), dtype=a1.dtype, device=a1.device)
+    step = _correlation_step(fn, a1.reshape(-1, d)[0].detach(), u, size)
+    central = []
+    for e in (step, 2.0 * step):
+        central.append(0.5 * (evaluate(e * u, 2).h + evaluate(-e * u, 2).h))
+    extrapolated = (4.0 * central[0] - central[1]) / 3.0
+    return torch.where(near[..., None, None], extrapolated, h)
+
+
+def _correlation_step(fn, x0: Tensor, u: Tensor, size: float) -> float:
+    r"""The largest step :math:`e = \text{size}\cdot 2^{-j}` with
+    :math:`|k(\mathbf x_0, \mathbf x_0 + e\mathbf u) - k(\mathbf x_0, \mathbf x_0)| \le \tau\,|k(\mathbf x_0,
+    \mathbf x_0)|` (:math:`\tau = 10^{-6}` in float64, :math:`10^{-3}` otherwise): about :math:`10^{-3}` of the
+    kernel's correlation length along :math:`\mathbf u` for a smooth stationary kernel, whatever the lengthscale (a
+    fixed step would be wider than a lengthscale of :math:`10^{-7}`)."""
+    tol = 1e-6 if x0.dtype == torch.float64 else 1e-3
+    steps = size * torch.pow(2.0, -torch.arange(0, 64, dtype=x0.dtype, device=x0.device))
+    points = x0 + steps.unsqueeze(-1) * u  # (64, d)
+    with torch.no_grad():
+        k0 = to_dense(fn(x0.unsqueeze(0), x0.unsqueeze(0)))[..., 0, 0]
+        ke = to_dense(fn(x0.unsqueeze(0), points))[..., 0, :]  # (*kernel batch, 64)
+    scale = k0.abs().unsqueeze(-1).clamp_min(torch.finfo(x0.dtype).tiny)
+    gap = ((ke - k0.unsqueeze(-1)).abs() / scale).reshape(-1, steps.numel()).amax(0)
+    ok = torch.nonzero(gap <= tol)
+    if ok.numel() == 0:
+        return float(steps[-1])
+    return float(steps[int(ok[0, 0])])
+
+
 #: the verdict of :func:`check_mean_square_differentiable` per kernel object (autograd leaves): None, or the error
 _PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -365,8 +418,6 @@ def _autograd_leaf(kernel: Kernel, x1: Tensor, x2: Tensor, npd: int, need: int, 
 
     try:
         with torch.enable_grad(), gpytorch.settings.lazily_evaluate_kernels(False):
-            s = torch.zeros(d, dtype=a1.dtype, device=a1.device, requires_grad=True)
-            t = torch.zeros(d, dtype=a1.dtype, device=a1.device, requires_grad=True)
             fn = kernel if use_call else kernel.forward
             if need >= 2:
                 if kernel not in _PROBED:
@@ -380,21 +431,32 @@ def _autograd_leaf(kernel: Kernel, x1: Tensor, x2: Tensor, npd: int, need: int, 
                         _PROBED[kernel] = err
                 if _PROBED[kernel] is not None:
                     raise KernelNotDifferentiableError(str(_PROBED[kernel]))
-            K = to_dense(fn(a1 + s, a2 + t))[..., :m1, :]
-            K = K.expand(K.shape[0], *bshape, m1, m2)
-            res = _Derivs(back(K.detach(), 0))
-            if need >= 1:
-                _check_connected(K, s, t, name)
-                v = torch.ones_like(K, requires_grad=True)
-                total = (K * v).sum()
-                gs = _grad_vec(total, s)
-                res.g1 = back(_batched_grad(gs, v).movedim(0, -1), 1)
-                if need >= 2:
-                    gt = _grad_vec(total, t)
-                    res.g2 = back(_batched_grad(gt, v).movedim(0, -1), 1)
-                    hst = torch.stack([_grad_vec(gs[i], t) for i in range(d)])
-                    h = _batched_grad(hst.reshape(-1), v).reshape(d, d, *v.shape)
-                    res.h = back(h.movedim(0, -1).movedim(0, -1), 2)
+
+            def evaluate(shift: Tensor | None, want: int) -> _Derivs:
+                """The values and derivatives with the second argument shifted by ``shift`` (``None``: not)."""
+                s = torch.zeros(d, dtype=a1.dtype, device=a1.device, requires_grad=True)
+                t = torch.zeros(d, dtype=a1.dtype, device=a1.device, requires_grad=True)
+                second = a2 + t if shift is None else a2 + shift + t
+                K = to_dense(fn(a1 + s, second))[..., :m1, :]
+                K = K.expand(K.shape[0], *bshape, m1, m2)
+                out = _Derivs(back(K.detach(), 0))
+                if want >= 1:
+                    _check_connected(K, s, t, name)
+                    v = torch.ones_like(K, requires_grad=True)
+                    total = (K * v).sum()
+                    gs = _grad_vec(total, s)
+                    out.g1 = back(_batched_grad(gs, v).movedim(0, -1), 1)
+                    if want >= 2:
+                        gt = _grad_vec(total, t)
+                        out.g2 = back(_batched_grad(gt, v).movedim(0, -1), 1)
+                        hst = torch.stack([_grad_vec(gs[i], t) for i in range(d)])
+                        h = _batched_grad(hst.reshape(-1), v).reshape(d, d, *v.shape)
+                        out.h = back(h.movedim(0, -1).movedim(0, -1), 2)
+                return out
+
+            res = evaluate(None, need)
+            if need >= 2:
+                res.h = _coincident_mixed(evaluate, res.h, a1[..., :m1, :], a2, back, fn)
     except KernelNotDifferentiableError:
         raise
     except (RuntimeError, NotImplementedError) as err:

@@ -20,6 +20,7 @@ from gpytorch.kernels import (
 from torch import Tensor
 
 from ._derivative_leaves import _RADIAL, _Derivs, _derivs, _scalar
+from ._roles import kernel_role
 
 #: Relative distance below which paths (or a path and a point) are treated as intersecting.
 DEFAULT_KINK_TOL = 1e-7
@@ -70,7 +71,7 @@ class _Term:
 
     def radial(self, method: str) -> tuple[Kernel, Tensor | None, Tensor | None] | None:
         """``(leaf, dims, outputscale)`` if the term is a (scaled) radial leaf with closed forms."""
-        if type(self.kernel) not in _RADIAL or method != "auto":
+        if kernel_role(self.kernel) not in _RADIAL or method != "auto":
             return None
         dims = _compose(self.dims, self.kernel.active_dims if self.apply_active else None)
         scale = None
@@ -81,10 +82,11 @@ class _Term:
 
 def _terms(kernel: Kernel, dims: Tensor | None = None, scales: tuple = (), apply_active: bool = True) -> list[_Term]:
     """Split a kernel into additive terms (through ``ScaleKernel`` and ``AdditiveKernel``)."""
-    if type(kernel) is ScaleKernel:
+    role = kernel_role(kernel)
+    if role is ScaleKernel:
         d = _compose(dims, kernel.active_dims) if apply_active else dims
         return _terms(kernel.base_kernel, d, (*scales, kernel), False)
-    if type(kernel) is AdditiveKernel:
+    if role is AdditiveKernel:
         d = _compose(dims, kernel.active_dims) if apply_active else dims
         return [t for c in kernel.kernels for t in _terms(c, d, scales, True)]
     return [_Term(kernel, dims, scales, apply_active)]
@@ -107,9 +109,10 @@ def _kinks(kernel: Kernel, dims: Tensor | None, apply_active: bool, total: int) 
     """Matérn leaves in ``kernel`` (where integrands are only finitely smooth), in input columns."""
     if apply_active:
         dims = _compose(dims, kernel.active_dims)
-    if type(kernel) is ScaleKernel:
+    role = kernel_role(kernel)
+    if role is ScaleKernel:
         return _kinks(kernel.base_kernel, dims, False, total)
-    if type(kernel) in (AdditiveKernel, ProductKernel):
+    if role in (AdditiveKernel, ProductKernel):
         return [s for c in kernel.kernels for s in _kinks(c, dims, True, total)]
     if isinstance(kernel, MaternKernel):
         idx = torch.arange(total, device=kernel.lengthscale.device) if dims is None else dims

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from . import kernel_derivatives, path_integrals, rbf
 from ._quadrature import gauss_legendre
+from ._roles import kernel_role
 from .functionals import Functional, GradientFunctional, IntegratedGradientFunctional
 
 __all__ = ["DerivedCovariance", "functional_mean", "uses_quadrature"]
@@ -96,11 +97,12 @@ def _unwrap_partitioned(kernel: Kernel) -> Kernel:
 def uses_quadrature(kernel: Kernel, mean: Mean | None = None) -> bool:
     """Whether integrated gradients of ``kernel`` (and ``mean``) need Gauss–Legendre path integrals."""
     kernel = _unwrap_partitioned(kernel)
-    if type(kernel) is ScaleKernel and kernel.active_dims is None:
+    role = kernel_role(kernel)
+    if role is ScaleKernel and kernel.active_dims is None:
         return uses_quadrature(kernel.base_kernel, mean)
-    if type(kernel) is AdditiveKernel and kernel.active_dims is None:
+    if role is AdditiveKernel and kernel.active_dims is None:
         return any(uses_quadrature(k) for k in kernel.kernels) or uses_quadrature_mean(mean)
-    if type(kernel) in (RBFKernel, LinearKernel, RFFKernel):
+    if role in (RBFKernel, LinearKernel, RFFKernel):
         return uses_quadrature_mean(mean)
     return True
 
@@ -112,14 +114,15 @@ def uses_quadrature_mean(mean: Mean | None) -> bool:
 # --------------------------------------------------------------------------- dispatch
 def _derived(kernel: Kernel, functional: Functional, what: str, args: tuple[Tensor, ...], order: int) -> Tensor:
     kernel = _unwrap_partitioned(kernel)
-    if type(kernel) is ScaleKernel and kernel.active_dims is None:
+    role = kernel_role(kernel)
+    if role is ScaleKernel and kernel.active_dims is None:
         res = _derived(kernel.base_kernel, functional, what, args, order)
         scale = kernel.outputscale
         return scale.view(*scale.shape, *([1] * (res.dim() - scale.dim()))) * res
-    if type(kernel) is AdditiveKernel and kernel.active_dims is None:
+    if role is AdditiveKernel and kernel.active_dims is None:
         parts = [_derived(k, functional, what, args, order) for k in kernel.kernels]
         return _sum_broadcast(parts)
-    if type(kernel) in (RBFKernel, LinearKernel, RFFKernel):  # exact types: a subclass may change forward
+    if role in (RBFKernel, LinearKernel, RFFKernel):  # a subclass that overrides forward has no role
         return _closed_form(kernel, functional, what, args)
     return _generic(kernel, functional, what, args, order)
 
@@ -228,12 +231,12 @@ def _linear(kernel: LinearKernel, functional: Functional, what: str, args: tuple
     if isinstance(functional, GradientFunctional):
         scale = v.unsqueeze(-2).expand(*v.shape[:-1], x.size(-2), dims)  # (*batch, m, D)
     else:
+        # linear in Δ: the mean over baselines is taken first (the baseline axis must not meet a kernel batch axis)
         delta, _ = _mean_delta(x, functional)
-        scale = v.unsqueeze(-2) * delta  # (k, *batch, m, D)
+        scale = v.unsqueeze(-2) * delta.mean(0)  # (*batch, m, D)
     if what == "cross":
         X = args[1]
-        res = scale.unsqueeze(-1) * X.mT.unsqueeze(-3)  # (…, m, D, n)
-        return res.mean(0) if isinstance(functional, IntegratedGradientFunctional) else res
+        return scale.unsqueeze(-1) * X.mT.unsqueeze(-3)  # (*batch, m, D, n)
     if what == "point":
         if isinstance(functional, GradientFunctional):
             return torch.diag_embed(scale)
@@ -312,7 +315,7 @@ def functional_mean(mean: Mean, functional: Functional, x: Tensor, order: int = 
         if isinstance(functional, GradientFunctional):
             return w.unsqueeze(-2).expand(*torch.broadcast_shapes(w.shape[:-1], x.shape[:-2]), *x.shape[-2:])
         delta, _ = _mean_delta(x, functional)
-        return (delta * w.unsqueeze(-2)).mean(0)
+        return delta.mean(0) * w.unsqueeze(-2)  # linear in Δ (the baseline axis must not meet a mean batch axis)
     return _generic_mean(mean, functional, x, order)
 
 
@@ -323,8 +326,17 @@ def _mean_batch(mean: Mean) -> torch.Size:
 
 
 def _mean_grad(mean: Mean, x: Tensor) -> Tensor:
+    r""":math:`\nabla m(\mathbf x)` per point and per batch member of a (possibly batched) mean, ``(*batch, m, D)``.
+
+    The inputs are first expanded to the batch shape of the mean's output, so that the gradient of the summed output
+    with respect to a batch member's copy of the points is that member's gradient alone (with unbatched points the
+    sum would add up every member's gradient).
+    """
+    with torch.no_grad():
+        mean_batch = mean(x[..., :1, :].detach()).shape[:-1]
+    batch = torch.broadcast_shapes(x.shape[:-2], mean_batch)
     with torch.enable_grad():
-        xg = x.detach().requires_grad_(True)
+        xg = x.detach().expand(*batch, *x.shape[-2:]).clone().requires_grad_(True)
         out = mean(xg)
         (g,) = torch.autograd.grad(out.sum(), xg)
     return g
@@ -335,10 +347,12 @@ def _generic_mean(mean: Mean, functional: Functional, x: Tensor, order: int) -> 
         return _mean_grad(mean, x)
     nodes, weights = gauss_legendre(order, x)
     delta, b = _mean_delta(x, functional)  # (k, …, m, D)
-    total = torch.zeros_like(delta)
-    base = b.view(b.size(0), *([1] * (x.dim() - 1)), b.size(-1))
-    for t, w in zip(nodes.tolist(), weights.tolist(), strict=True):
-        point = base + t * delta
-        g = _mean_grad(mean, point.reshape(-1, *x.shape[-2:]) if point.dim() > 3 else point)
-        total = total + w * g.reshape(delta.shape)
-    return (total * delta).mean(0)
+    total = None
+    for r in range(delta.size(0)):  # one baseline at a time: its axis must not meet the mean's batch axes
+        path = None
+        for t, w in zip(nodes.tolist(), weights.tolist(), strict=True):
+            g = w * _mean_grad(mean, b[r] + t * delta[r])
+            path = g if path is None else path + g
+        term = path * delta[r]
+        total = term if total is None else total + term
+    return total / delta.size(0)

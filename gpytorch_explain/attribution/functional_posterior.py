@@ -52,6 +52,9 @@ __all__: list[str] = []
 class _GPXSmoothKernel(ProductKernel):
     """Covariance of the smooth part g(x)ᵀx of a GPX latent: the base kernel times xᵀx' (evaluated densely)."""
 
+    #: the derivative code treats it as the ProductKernel it equals (closed forms per factor, not autograd)
+    _explain_role = ProductKernel
+
     def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, **params) -> Tensor:
         res = None
         for kern in self.kernels:
@@ -129,7 +132,10 @@ class _FunctionalPosterior:
 
     def __init__(self, model: ExactGP, functional: Functional, order: int | None = None, method: str = "auto"):
         if not isinstance(model, ExactGP | ApproximateGP):
-            raise TypeError(f"model must be a gpytorch ExactGP (or ApproximateGP), got {type(model).__name__}.")
+            hint = ""
+            if hasattr(model, "models") and all(isinstance(m, ExactGP | ApproximateGP) for m in model.models):
+                hint = " It is a list of models: attribute each one, e.g. PosteriorGradient(model.models[i])."
+            raise TypeError(f"model must be a gpytorch ExactGP (or ApproximateGP), got {type(model).__name__}.{hint}")
         self.model = model
         self.functional = functional
         self.adaptive = order is None

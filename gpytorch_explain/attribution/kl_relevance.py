@@ -50,7 +50,9 @@ def kl_relevance(
 
     :param model: a trained GPyTorch model in eval mode whose call ``model(x)`` returns the (latent)
         ``MultivariateNormal`` posterior, e.g. an ``ExactGP`` or a :class:`~gpytorch_explain.GPXModel` with
-        :math:`\mathbf z = \mathbf x`.
+        :math:`\mathbf z = \mathbf x`; or a single-output BoTorch model, read through ``model.posterior(x,
+        observation_noise=...)`` (which applies its input and outcome transforms). Batched and multi-output models
+        are refused.
     :param x: ``(m, D)`` points (float64 recommended: the KL of two predictives :math:`\Delta` apart is
         :math:`O(\Delta^2)`, and in float32 it drowns in round-off for the default :math:`\Delta`).
     :param delta: the perturbation :math:`\Delta` (in the units of ``x``).
@@ -90,13 +92,32 @@ def kl_relevance(
     shifted = x.unsqueeze(1) + delta * torch.eye(D, dtype=x.dtype, device=x.device)  # (m, D, D)
     points = torch.cat([x, shifted.reshape(m * D, D)], 0)
     means, variances = [], []
+    botorch_model = _is_botorch_model(model)
     with torch.no_grad():
         for start in range(0, points.size(0), chunk_size):
-            post = model(points[start : start + chunk_size])
-            means.append(post.mean)
-            var = post.variance
-            if observation_noise:
-                var = var + lik.noise.squeeze(-1)
+            chunk = points[start : start + chunk_size]
+            if botorch_model:
+                # posterior() applies the model's input transform (model(x) in eval mode does not) and untransforms
+                # the outcome: the predictive in the user's units
+                post = model.posterior(chunk, observation_noise=observation_noise)
+                mean, var = post.mean, post.variance
+                if mean.shape != (chunk.size(0), 1):
+                    raise ValueError(_single_output_message(type(model).__name__, tuple(mean.shape)))
+                mean, var = mean.squeeze(-1), var.squeeze(-1)
+            else:
+                post = model(chunk)
+                mean, var = post.mean, post.variance
+                if mean.shape != (chunk.size(0),):
+                    raise ValueError(_single_output_message(type(model).__name__, tuple(mean.shape)))
+                if observation_noise:
+                    noise = lik.noise
+                    if noise.numel() != 1:
+                        raise ValueError(
+                            f"kl_relevance needs one observation-noise level; the likelihood has {noise.numel()} "
+                            "(a batched or heteroskedastic likelihood). Pass observation_noise=False."
+                        )
+                    var = var + noise.reshape(())
+            means.append(mean)
             variances.append(var)
     mean = torch.cat(means)
     var = torch.cat(variances).clamp_min(torch.finfo(x.dtype).tiny)
@@ -104,3 +125,18 @@ def kl_relevance(
     mu2, v2 = mean[m:].view(m, D), var[m:].view(m, D)
     kl = gaussian_kl(mu1, v1, mu2, v2).clamp_min(0)
     return (2 * kl).sqrt() / delta
+
+
+def _is_botorch_model(model) -> bool:
+    try:
+        from botorch.models.model import Model
+    except ImportError:  # pragma: no cover - botorch is a dependency
+        return False
+    return isinstance(model, Model)
+
+
+def _single_output_message(name: str, shape: tuple) -> str:
+    return (
+        f"kl_relevance explains one output of an unbatched model: {name}'s predictive mean on m points has shape "
+        f"{shape}, not (m,). Explain one output (or one batch member) at a time, e.g. a model per output."
+    )

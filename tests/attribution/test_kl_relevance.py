@@ -88,3 +88,38 @@ def test_gaussian_kl_values_and_errors():
     model.train()
     with pytest.raises(ValueError, match="eval mode"):
         kl_relevance(model, X[:2])
+
+
+def test_botorch_models_are_read_through_their_posterior():
+    # model(x) in eval mode skips BoTorch's input transform: the relevances were those of other inputs (relative
+    # error 1.0). Reference: the definition on model.posterior(x, observation_noise=True), Δ = 1e-3.
+    from botorch.models import SingleTaskGP
+    from botorch.models.transforms import Normalize, Standardize
+
+    gen = torch.Generator().manual_seed(2)
+    U = torch.rand(25, 3, generator=gen, dtype=torch.float64)
+    X = U * torch.tensor([3.0, 0.5, 2.0], dtype=torch.float64) + torch.tensor([1.0, -0.2, 0.5], dtype=torch.float64)
+    Y = (torch.sin(4 * U).sum(-1) + U[:, 0] ** 2).unsqueeze(-1)
+    model = SingleTaskGP(X, Y, input_transform=Normalize(3), outcome_transform=Standardize(1))
+    model.covar_module.lengthscale = 0.3
+    model.likelihood.noise = 0.01
+    model.eval()
+    x, delta = X[:4] + 0.01, 1e-3
+    for noise in (True, False):
+        with torch.no_grad():
+            lib = kl_relevance(model, x, delta=delta, observation_noise=noise)
+            p0 = model.posterior(x, observation_noise=noise)
+            ref = torch.empty_like(lib)
+            for j in range(3):
+                p = model.posterior(x + delta * torch.eye(3, dtype=torch.float64)[j], observation_noise=noise)
+                kl = gaussian_kl(p0.mean[:, 0], p0.variance[:, 0], p.mean[:, 0], p.variance[:, 0])
+                ref[:, j] = (2 * kl).sqrt() / delta
+        torch.testing.assert_close(lib, ref, rtol=1e-9, atol=0)
+
+
+def test_batched_models_are_refused():
+    x = torch.rand(2, 10, 3, dtype=torch.float64)
+    model = _GP(x, x[..., 0]).double()
+    model.likelihood = gpytorch.likelihoods.GaussianLikelihood(batch_shape=torch.Size([2])).double()
+    with pytest.raises(ValueError, match="one output of an unbatched model"):
+        kl_relevance(model.eval(), x[0, :3])

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+r"""Which GPyTorch kernel's mathematics a kernel object follows, for the closed forms and the structural recursion.
+
+The derivative code dispatches on the kernel classes whose formulas it knows (``RBFKernel``, ``ScaleKernel``, ...).
+Dispatching on ``type(kernel)`` alone sent every subclass, even ``class MyRBF(RBFKernel): pass``, to the generic
+autograd leaf. :func:`kernel_role` also accepts a subclass that inherits its base's ``forward`` and ``__call__``
+unchanged (so it computes the same function), and a class that declares its role in ``_explain_role`` (a kernel
+whose ``forward`` is written out but equals its base's mathematics). A subclass that overrides ``forward`` has no
+role: its own ``forward`` is differentiated.
+"""
+
+from __future__ import annotations
+
+from gpytorch.kernels import (
+    AdditiveKernel,
+    ConstantKernel,
+    Kernel,
+    LinearKernel,
+    MaternKernel,
+    PeriodicKernel,
+    ProductKernel,
+    RBFKernel,
+    RFFKernel,
+    RQKernel,
+    ScaleKernel,
+)
+
+__all__ = ["kernel_role"]
+
+_KNOWN: tuple[type[Kernel], ...] = (
+    ScaleKernel,
+    AdditiveKernel,
+    ProductKernel,
+    RBFKernel,
+    RQKernel,
+    MaternKernel,
+    PeriodicKernel,
+    LinearKernel,
+    ConstantKernel,
+    RFFKernel,
+)
+
+
+def kernel_role(kernel: Kernel) -> type[Kernel] | None:
+    """The known GPyTorch class whose mathematics ``kernel`` computes, or ``None`` (differentiate its ``forward``).
+
+    Example:
+        >>> from gpytorch.kernels import RBFKernel
+        >>> class MyRBF(RBFKernel):
+        ...     pass
+        >>> kernel_role(MyRBF()) is RBFKernel
+        True
+    """
+    cls = type(kernel)
+    declared = getattr(cls, "_explain_role", None)
+    if declared is not None:
+        return declared
+    if cls in _KNOWN:
+        return cls
+    for known in _KNOWN:
+        if isinstance(kernel, known) and cls.forward is known.forward and cls.__call__ is known.__call__:
+            return known
+    return None
