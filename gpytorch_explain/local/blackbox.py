@@ -17,13 +17,23 @@ INPUT_TYPES = ("auto", "numpy", "torch", "pandas")
 
 
 def _with_feature_names(model: Any, X: Any) -> Any:
-    """``X`` as a DataFrame with ``model.feature_names_in_`` when the model was fitted on one and ``X`` is an array.
+    """``X`` as a DataFrame with ``model.feature_names_in_`` when the model was fitted on one and ``X`` is an array
+    (read by position, in the model's column order); a DataFrame with the model's columns in another order is
+    reordered by name.
 
     scikit-learn warns on every call of a model fitted with feature names that gets a plain array (and a pipeline
     whose ``ColumnTransformer`` selects columns by name cannot take one at all).
     """
     names = getattr(model, "feature_names_in_", None)
-    if names is None or not isinstance(X, np.ndarray) or X.ndim != 2 or X.shape[1] != len(names):
+    if names is None:
+        return X
+    columns = getattr(X, "columns", None)
+    if columns is not None:
+        # a DataFrame with the model's columns in another order: scikit-learn refuses it, and it selects by name
+        if list(columns) != list(names) and sorted(map(str, columns)) == sorted(map(str, names)):
+            return X[list(names)]
+        return X
+    if not isinstance(X, np.ndarray) or X.ndim != 2 or X.shape[1] != len(names):
         return X
     import pandas as pd
 
@@ -76,7 +86,16 @@ def from_sklearn_regressor(model: Any) -> Callable[[np.ndarray], np.ndarray]:
         except (TypeError, ValueError) as err:
             raise TypeError(f"{type(model).__name__}.predict returned non-numeric values ({err}).") from err
 
+    _name_inputs(predict, model)
     return predict
+
+
+def _name_inputs(predict: Callable, model: Any) -> None:
+    """Attach the model's column names: an explainer given a DataFrame in another order with ``input_type="numpy"``
+    (arrays read by position) can then refuse to mislabel the features."""
+    names = getattr(model, "feature_names_in_", None)
+    if names is not None:
+        predict.feature_names_in_ = [str(name) for name in names]
 
 
 def _sklearn_kind(model: Any) -> str | None:
@@ -167,6 +186,7 @@ def from_sklearn_classifier(
         return np.log(p) - np.log1p(-p)
 
     predict.returns_probability = output == "probability"  # LocalGPExplainer hints at link="logit" for these
+    _name_inputs(predict, model)
     return predict
 
 
@@ -236,10 +256,16 @@ class BlackBox:
             try:
                 out = self.predict_fn(self.decode(X))
             except Exception as err:
+                if "feature names" in str(err).lower():
+                    hint = (
+                        "the model was fitted on other columns (or another order): pass training_data with the "
+                        "model's columns, e.g. training_data[list(model.feature_names_in_)]"
+                    )
+                else:
+                    hint = "if it expects numpy arrays, pass input_type='numpy'"
                 raise TypeError(
                     f"predict_fn raised {type(err).__name__}: {err}. Note: it receives pandas DataFrames with the "
-                    "training data's columns because training_data is a DataFrame; if it expects numpy arrays, pass "
-                    "input_type='numpy'."
+                    f"training data's columns because training_data is a DataFrame; {hint}."
                 ) from err
         else:
             received = X.copy()

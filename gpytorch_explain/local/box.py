@@ -27,7 +27,8 @@ class _BoxMixin:
     ``codec``, ``active``, ``categorical_features``, ``categorical_values``, ``feature_names``, ``stencil``)."""
 
     def _check_x(self, x, name: str = "x") -> np.ndarray:
-        x = as_instance(x, self.num_features, self.codec, name)
+        names = self.feature_names if getattr(self, "_named", False) else None
+        x = as_instance(x, self.num_features, self.codec, name, names)
         if not np.isfinite(x).all():
             raise ValueError(f"{name} contains NaN or infinite values.")
         return x

@@ -328,6 +328,19 @@ class LocalGPExplainer(_BoxMixin, _ProposalMixin, _ReadoutMixin):
             )
         decode = self.codec.decode if self.codec is not None else None
         self.black_box = BlackBox(predict_fn, D, input_type=input_type, decode=decode)
+        model_names = getattr(predict_fn, "feature_names_in_", None)  # from_sklearn_regressor / _classifier
+        if (
+            self.black_box.input_type != "pandas"
+            and model_names is not None
+            and list(model_names) != [str(n) for n in names]
+            and sorted(model_names) == sorted(str(n) for n in names)
+        ):
+            raise ValueError(
+                f"the model reads its columns by position in the order {list(model_names)}, but training_data's "
+                f"columns are {list(names)}: every feature would get another one's attribution. Pass training_data "
+                "in the model's column order (e.g. training_data[list(model.feature_names_in_)]), or a DataFrame "
+                "with input_type='auto'."
+            )
         self._returns_probability = getattr(predict_fn, "returns_probability", False) is True  # from_sklearn_classifier
         if acquisition not in ACQUISITIONS:
             raise ValueError(f"Unknown acquisition {acquisition!r}; choose one of {ACQUISITIONS}.")
@@ -349,6 +362,7 @@ class LocalGPExplainer(_BoxMixin, _ProposalMixin, _ReadoutMixin):
         self.categorical_features = cats
         self.categorical_values = {c: np.unique(data[:, c]) for c in self.categorical_features}
         self.feature_names = names
+        self._named = feature_names is not None  # labelled rows are then read by label (not the default x0, x1, ...)
         with np.errstate(over="ignore", invalid="ignore"):
             self.sigma = data.std(axis=0)
         if not np.isfinite(self.sigma).all():
@@ -491,6 +505,7 @@ class LocalGPExplainer(_BoxMixin, _ProposalMixin, _ReadoutMixin):
             X_init = np.vstack([X_st, X_init])
         y_all = self.black_box(np.vstack([x[None, :], X_init]))
         X_all = self.black_box.last_input  # the rows as the black box received them (e.g. rounded to float32)
+        self._rows_received = X_all  # the stencil's differences divide by the steps received
 
         messages: list[str] = []
         state = None
@@ -549,6 +564,7 @@ class LocalGPExplainer(_BoxMixin, _ProposalMixin, _ReadoutMixin):
                     y_new = self.black_box(self._backward_rows(js, x, scale))
                     self._backward.update({int(j): len(y_all) + k for k, j in enumerate(js)})
                     X_all, y_all = np.vstack([X_all, self.black_box.last_input]), np.concatenate([y_all, y_new])
+                    self._rows_received = X_all
                     if bar is not None:
                         bar.update(len(y_new))
                     continue

@@ -173,13 +173,27 @@ class _ReadoutMixin:
         cont = [j for j in self.active if j not in self.categorical_features]
         pos = {j: p for p, j in enumerate(self.active)}
         h = np.array([self.stencil * scale[pos[j]] for j in cont])
-        diffs = stencil_differences(y_all, self.stencil_kind, h)
         forward = self.stencil_kind == "forward"
+        backward = getattr(self, "_backward", None) or {}
+        # the steps as the black box received them: a float32 model rounds x ± h, and at a step of a few ulps the
+        # nominal h is off by whole percents (the surrogate is fitted on the received rows, so it would disagree)
+        rows = getattr(self, "_rows_received", None)
+        if rows is not None and cont:
+            h = h.copy()
+            for k, j in enumerate(cont):
+                if forward and j in backward:
+                    span = 0.5 * (rows[1 + k, j] - rows[backward[j], j])
+                elif forward:
+                    span = rows[1 + k, j] - rows[0, j]
+                else:
+                    span = 0.5 * (rows[1 + 2 * k, j] - rows[2 + 2 * k, j])
+                if span > 0:
+                    h[k] = span
+        diffs = stencil_differences(y_all, self.stencil_kind, h)
         carried = np.full(len(cont), 2.0 if forward else 0.5)
         bias = np.zeros(len(cont))
         if forward and model is not None and cont:
             bias = self._forward_bias(model, ys, scale, cont, g_mean)
-        backward = getattr(self, "_backward", None) or {}
         for k, j in enumerate(cont):
             if forward and j in backward:
                 diffs[k] = (y_all[1 + k] - y_all[backward[j]]) / (2.0 * h[k])

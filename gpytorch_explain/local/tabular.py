@@ -289,8 +289,13 @@ def as_training_array(
     return data, sorted(cats), names, codec
 
 
-def as_instance(x: Any, D: int, codec: FrameCodec | None, name: str = "x") -> np.ndarray:
-    """One instance as a ``(D,)`` float64 array: numpy, list, tensor, ``(1, D)``, or a pandas Series / 1-row frame."""
+def as_instance(
+    x: Any, D: int, codec: FrameCodec | None, name: str = "x", feature_names: list[str] | None = None
+) -> np.ndarray:
+    """One instance as a ``(D,)`` float64 array: numpy, list, tensor, ``(1, D)``, or a pandas Series / 1-row frame.
+
+    Without a DataFrame's codec, a Series (or 1-row frame) labelled with ``feature_names`` (in any order) is read by
+    label; one with a plain 0..D-1 index by position; other labels are an error (they would be read by position)."""
     if codec is not None and (is_frame(x) or is_series(x)):
         if is_series(x):
             labels = list(x.index)
@@ -323,6 +328,16 @@ def as_instance(x: Any, D: int, codec: FrameCodec | None, name: str = "x") -> np
         frame = pd.DataFrame([row], columns=pd.Index(codec.columns))
         return codec.check_integers(codec.encode(frame, register=True)[0], name)
     if is_frame(x) or is_series(x):
+        labels = [str(label) for label in (x.index if is_series(x) else x.columns)]
+        names = [str(n) for n in feature_names] if feature_names is not None else None
+        if names is not None and labels != names and sorted(labels) == sorted(names):
+            x = x[list((x.index if is_series(x) else x.columns)[[labels.index(n) for n in names]])]
+        elif names is not None and labels != names and labels != [str(i) for i in range(len(labels))]:
+            raise ValueError(
+                f"{name} is labelled {labels[:10]}, which are not the feature names {names[:10]}; a labelled row is "
+                "matched to the features by label. Pass the values in the training data's order (e.g. "
+                f"{name}.to_numpy()) or label them with the feature names."
+            )
         x = x.to_numpy()
     x = x.detach().cpu().numpy() if torch.is_tensor(x) else x
     if np.iscomplexobj(x):

@@ -135,3 +135,55 @@ def test_a_wide_interval_and_a_constant_black_box_are_reported():
     r = LocalGPExplainer(lambda Z: np.full(len(Z), 3.0), X, budget=12, seed=0, **NO_RELEVANCE).explain(X[0])
     assert np.isnan(r.fidelity) and any(w.startswith("fidelity: NaN") for w in r.warnings)
     assert np.all(np.abs(r.gradient_mean) <= 2 * r.gradient_std + 1e-12)
+
+
+def test_float32_modules_get_differences_over_the_steps_they_received():
+    """Near an offset of 1e5 a float32 module rounds x ± h by percents of the step; the difference divided by the
+    nominal h (2-4 % off on this exactly linear model) replaced the surrogate's correct slope."""
+    off, sd = 1e5, 0.2
+    X = off + sd * np.random.RandomState(0).randn(300, 4)
+    w = torch.tensor([1.0, -2.0, 0.5, 0.0])
+
+    class Linear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b = torch.nn.Parameter(torch.tensor(off, dtype=torch.float32))
+
+        def forward(self, Z):
+            return (Z - self.b) @ w
+
+    explainer = LocalGPExplainer(Linear(), X, budget=25, seed=0, **NO_RELEVANCE)
+    r = explainer.explain(X[0])
+    assert explainer.stencil_kind == "central"  # 4 features at 25 calls
+    np.testing.assert_allclose(r.gradient_mean, w.numpy(), rtol=0, atol=5e-3)
+
+
+def test_columns_in_another_order_than_the_sklearn_model():
+    """A DataFrame whose columns are the model's in another order: the black box reorders them by name. With
+    input_type='numpy' (arrays read by position) the features would be mislabelled: an error."""
+    pd = pytest.importorskip("pandas")
+    from sklearn.linear_model import LinearRegression
+
+    from gpytorch_explain.local import from_sklearn_regressor
+
+    df = pd.DataFrame(np.random.RandomState(0).randn(200, 3), columns=["a", "b", "c"])
+    model = LinearRegression().fit(df, df @ np.array([1.0, 2.0, 3.0]))
+    train = df[["c", "a", "b"]]
+    r = LocalGPExplainer(from_sklearn_regressor(model), train, budget=12, seed=0, **NO_RELEVANCE).explain(train.iloc[0])
+    np.testing.assert_allclose(r.gradient_mean, [3.0, 1.0, 2.0], atol=1e-3)
+    with pytest.raises(ValueError, match="reads its columns by position"):
+        LocalGPExplainer(from_sklearn_regressor(model), train, budget=12, input_type="numpy")
+
+
+def test_a_labelled_row_is_read_by_label_with_numpy_training_data():
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame(np.random.RandomState(0).randn(200, 3), columns=["a", "b", "c"])
+    explainer = LocalGPExplainer(
+        lambda Z: Z @ [1.0, 2.0, 3.0], df.to_numpy(), feature_names=["a", "b", "c"], budget=12, seed=0, **NO_RELEVANCE
+    )
+    r = explainer.explain(df.iloc[0][["c", "a", "b"]])
+    np.testing.assert_array_equal(r.x, df.iloc[0].to_numpy())
+    with pytest.raises(ValueError, match="not the feature names"):
+        explainer.explain(pd.Series([0.1, 0.2, 0.3], index=["a", "b", "z"]))
+    # a plain positional index, and arrays, stay positional
+    np.testing.assert_array_equal(explainer._check_x(pd.Series([0.1, 0.2, 0.3])), [0.1, 0.2, 0.3])
