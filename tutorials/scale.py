@@ -117,7 +117,7 @@ results = {}
 # %% [markdown]
 # ## Hyperparameters on a subset
 #
-# Hyperparameters are well determined by a few thousand rows. As the README recommends, they are fitted by the
+# Hyperparameters are well determined by a few thousand rows. As docs/scale.md recommends, they are fitted by the
 # exact GPX likelihood on a subset (here 300 rows in the small mode and 2,000 in the full mode; one
 # Cholesky), and every scalable model below reuses them:
 # the base kernel module is shared, and $\sigma_w^2$ is copied.

@@ -172,7 +172,7 @@ class LocalExplanation:
         order = self._top(top_k)
         width = max([len(n) for n in self.feature_names] + [7])
         lines = [
-            f"Local GP explanation ({self.acquisition}, {len(self.y_samples)} black-box calls, "
+            f"Local GP explanation ({self.acquisition}, {len(self.y_samples)} black-box evaluations, "
             f"{'surrogates on the logit, ' if self.link == 'logit' else ''}"
             f"LOO R² = {self.fidelity:.3f}{', stopped early' if self.stopped_early else ''})",
             f"{'feature':<{width}}  {'value':>10}  {'relevance':>9}  {'gradient ± 1 std':>24}  {'IG ± 1 std':>24}",
