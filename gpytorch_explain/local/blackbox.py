@@ -30,7 +30,7 @@ def _with_feature_names(model: Any, X: Any) -> Any:
     columns = getattr(X, "columns", None)
     if columns is not None:
         # a DataFrame with the model's columns in another order: scikit-learn refuses it, and it selects by name
-        if list(columns) != list(names) and sorted(map(str, columns)) == sorted(map(str, names)):
+        if list(columns) != list(names) and len(columns) == len(names) and set(columns) == set(names):
             return X[list(names)]
         return X
     if not isinstance(X, np.ndarray) or X.ndim != 2 or X.shape[1] != len(names):
