@@ -29,10 +29,10 @@
 # contribution with $\pm 1$ posterior std error bars.
 #
 # It is also the demo that `bash scripts/demo.sh` runs (that command writes `gpx_demo_explanation.png` into the
-# repository's root folder, wherever it is run from). Settings come from environment variables, so the notebook runs under a kernel:
-# `GPYTORCH_EXPLAIN_TUTORIAL_SMALL=1` uses a subset of the data (fast), and `GPYTORCH_EXPLAIN_TUTORIAL_OUT`
-# is where figures are written (default `tutorials/_output/`). Run as a script it also accepts
-# `--out FILE`, `--sample I` and `--seed S`.
+# repository's root folder, wherever it is run from). Settings come from environment variables, so the notebook
+# runs under a kernel: `GPYTORCH_EXPLAIN_TUTORIAL_SMALL=1` uses a subset of the data (fast), and
+# `GPYTORCH_EXPLAIN_TUTORIAL_OUT` is where figures are written (default `tutorials/_output/`). Run as a script it
+# also accepts `--out FILE`, `--sample I` and `--seed S`.
 
 # %%
 import argparse
