@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 from linear_operator.operators import DenseLinearOperator, LinearOperator
-from linear_operator.utils.getitem import _is_noop_index
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
@@ -207,7 +206,7 @@ class AttributionPosteriorLinearOperator(BlockPosteriorLinearOperator):
     # prior k^LL and lazily computed rows come from ``derived``, whose kernel keeps its own batch shape: the rebuilt
     # operator would pair batch member b's rows with every member's prior. These operations act on the dense matrix.
     def _getitem(self, row_index, col_index, *batch_indices) -> LinearOperator:
-        if all(_is_noop_index(index) for index in batch_indices):
+        if all(isinstance(index, slice) and index == slice(None) for index in batch_indices):
             return super()._getitem(row_index, col_index, *batch_indices)
         return DenseLinearOperator(self.to_dense())._getitem(row_index, col_index, *batch_indices)
 
