@@ -131,7 +131,7 @@ def main():
             return attr.mean, attr.variance
 
     t_ours, (mean, var) = timed(ours, args.repeats)
-    gaps = ig.completeness(xs[:20])
+    gaps = ig.completeness(xs)
 
     def forward(inp):
         with gpytorch.settings.skip_posterior_variances(), gpytorch.settings.detach_test_caches(True):
@@ -151,7 +151,16 @@ def main():
             )
 
         t, (attr_c, delta_c) = timed(run, args.repeats)
-        results[method] = (t, attr_c.detach(), delta_c.detach())
+        # the error column compares quadratures only: Captum's forward at the default settings solves the mean
+        # cache by CG (n > 800), ours by a Cholesky factor, so the accuracy run rebuilds GPyTorch's caches with the
+        # same exact solve (not timed)
+        with gpytorch.settings.max_cholesky_size(10_000):
+            model.prediction_strategy = None
+            attr_x, delta_x = run()
+        model.prediction_strategy = None
+        with torch.no_grad():
+            model(xs[:2])  # the default caches again, for the next timing
+        results[method] = (t, attr_x.detach(), delta_x.detach(), delta_c.detach())
 
     scale = mean.abs().max().item()
     print("| method | time (s) | ratio vs ours | returns | max abs error | max error / max attr | completeness gap |")
@@ -160,15 +169,20 @@ def main():
         f"| gpytorch-explain (exact) | {t_ours:.3f} | 1.0x | mean + 11x11 covariance | 0 | 0 | "
         f"{gaps.mean_gap.abs().max().item():.1e} (mean), {gaps.variance_gap.abs().max().item():.1e} (variance) |"
     )
-    for method, (t, attr_c, delta_c) in results.items():
+    for method, (t, attr_c, delta_c, delta_timed) in results.items():
         err = (attr_c - mean).abs().max().item()
         print(
             f"| Captum {method}, {args.steps} steps | {t:.3f} | {t / t_ours:.1f}x | mean only | {err:.2e} | "
-            f"{err / scale:.2e} | {delta_c.abs().max().item():.1e} (mean) |"
+            f"{err / scale:.2e} | {delta_c.abs().max().item():.1e} (mean; {delta_timed.abs().max().item():.1e} in "
+            "the timed run) |"
         )
+    print(
+        "\n(errors and Captum's completeness gap: Captum rerun, untimed, with the posterior mean solved by a Cholesky "
+        "factor as ours; the timed runs use GPyTorch's defaults, CG for n > 800; our gap over all explained rows)"
+    )
     rel_std = (var.sqrt() / mean.abs().clamp_min(1e-12)).median().item()
     print(f"\nmedian attribution std / |mean|: {rel_std:.3f}; largest |attribution| {scale:.3f}")
-    best_captum = min(t for t, _, _ in results.values())
+    best_captum = min(r[0] for r in results.values())
     print(f"speed-up over the fastest Captum run: {best_captum / t_ours:.1f}x (target ≥ 10x; {settings_line})")
     top = torch.argsort(mean[0].abs(), descending=True)[:5].tolist()
     print("row 0, top features:", ", ".join(f"{names[j]} {mean[0, j]:+.3f}±{var[0, j].sqrt():.3f}" for j in top))
