@@ -3,10 +3,10 @@ r"""Which GPyTorch kernel's mathematics a kernel object follows, for the closed 
 
 The derivative code dispatches on the kernel classes whose formulas it knows (``RBFKernel``, ``ScaleKernel``, ...).
 Dispatching on ``type(kernel)`` alone sent every subclass, even ``class MyRBF(RBFKernel): pass``, to the generic
-autograd leaf. :func:`kernel_role` also accepts a subclass that inherits its base's ``forward`` and ``__call__``
-unchanged (so it computes the same function), and a class that declares its role in ``_explain_role`` (a kernel
-whose ``forward`` is written out but equals its base's mathematics). A subclass that overrides ``forward`` has no
-role: its own ``forward`` is differentiated.
+autograd leaf. :func:`kernel_role` also accepts a subclass that inherits its base's ``forward``, ``__call__`` and
+``covar_dist`` unchanged (so it computes the same function), and a class that declares its role in
+``_explain_role`` (a kernel whose ``forward`` is written out but equals its base's mathematics). A subclass that
+overrides one of those methods has no role: its own ``forward`` is differentiated.
 """
 
 from __future__ import annotations
@@ -58,6 +58,20 @@ def kernel_role(kernel: Kernel) -> type[Kernel] | None:
     if cls in _KNOWN:
         return cls
     for known in _KNOWN:
-        if isinstance(kernel, known) and cls.forward is known.forward and cls.__call__ is known.__call__:
+        if isinstance(kernel, known) and not _overrides(cls, known):
             return known
     return None
+
+
+#: the methods a kernel's value comes from (``RBFKernel.forward`` calls ``self.covar_dist``)
+_COMPUTING = ("forward", "__call__", "covar_dist")
+
+
+def _overrides(cls: type, known: type) -> bool:
+    """Whether ``cls`` or a class between it and ``known`` redefines a method the kernel's value comes from."""
+    for klass in cls.__mro__:
+        if klass is known:
+            return False
+        if any(name in vars(klass) for name in _COMPUTING):
+            return True
+    return True

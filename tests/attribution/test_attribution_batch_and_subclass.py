@@ -141,3 +141,18 @@ def test_gpx_gradient_joint_covariance_diagonal_is_the_variance():
     cov = dist.covariance_matrix
     assert_rel_close(cov.diagonal(), dist.variance.reshape(-1), 1e-9, "GPX gradient diagonal")
     assert torch.linalg.eigvalsh(cov).min() > -1e-9 * cov.diagonal().max()
+
+
+def test_kernel_roles():
+    from gpytorch_explain.attribution._roles import kernel_role
+
+    class Doubled(gpytorch.kernels.RBFKernel):  # another function through the inherited forward
+        def covar_dist(self, *args, **kwargs):
+            return 2 * super().covar_dist(*args, **kwargs)
+
+    class Again(_MyRBF):
+        pass
+
+    assert kernel_role(_MyRBF()) is gpytorch.kernels.RBFKernel and kernel_role(Again()) is gpytorch.kernels.RBFKernel
+    assert kernel_role(Doubled()) is None and kernel_role(_UserSE()) is None
+    assert kernel_role(gpytorch.kernels.ScaleKernel(_MyRBF())) is gpytorch.kernels.ScaleKernel
