@@ -322,23 +322,32 @@ def _coincident_mixed(evaluate, h: Tensor, a1: Tensor, a2: Tensor, back, fn) -> 
     recommends for new kernels) compute :math:`\|\mathbf x\|^2 + \|\mathbf x'\|^2 - 2\mathbf x^\top\mathbf x'`
     and clamp it at 0. At a pair closer than the round-off of that expression it can come out negative, the clamp
     cuts its gradient, and autograd drops the :math:`\partial_i\partial'_j` term of the squared distance: a variance
-    term lost, and joint covariances with negative diagonals. For such pairs (distance below
+    term lost, and joint covariances with negative diagonals. For such pairs in float64 (distance below
     :math:`100\sqrt{\epsilon}\max(1, |x|)`) the derivative is taken instead with the second argument shifted by
     :math:`\pm e\,\mathbf u` (:math:`\mathbf u` a unit diagonal, :math:`e = \varepsilon, 2\varepsilon`) and the
     central averages :math:`\bar h(e)` are extrapolated, :math:`(4\bar h(\varepsilon) - \bar h(2\varepsilon))/3`:
     an error :math:`O(\varepsilon^4)` for a twice continuously differentiable kernel. The derivatives at the shifted
     points are autograd's (exact), so only the step's smoothness error enters; :math:`\varepsilon` is read off the
-    kernel itself (:func:`_correlation_step`), small against its correlation length.
+    kernel itself (:func:`_correlation_step`), small against its correlation length. Where no such step lies well
+    outside the round-off zone (a correlation length below it, a kernel that vanishes at the rows, or float32),
+    autograd's values stand.
     """
+    if a1.dtype != torch.float64:
+        return h  # in lower precision the clamp zone is as wide as a lengthscale may be: no reliable step
     dist = back((a1.unsqueeze(-2) - a2.unsqueeze(-3)).abs().amax(-1).detach(), 0)
     size = max(1.0, float(a1.detach().abs().max()), float(a2.detach().abs().max()))
     eps = torch.finfo(a1.dtype).eps
-    near = dist <= 100.0 * math.sqrt(eps) * size
+    zone = 100.0 * math.sqrt(eps) * size  # pairs this close may round to a negative squared distance
+    near = dist <= zone
     if not bool(near.any()):
         return h
     d = a1.size(-1)
     u = torch.full((d,), 1.0 / math.sqrt(d), dtype=a1.dtype, device=a1.device)
-    step = _correlation_step(fn, a1.reshape(-1, d)[0].detach(), u, size)
+    step = _correlation_step(fn, a1.reshape(-1, d)[:16].detach(), u, size)
+    if step is None or step < 10.0 * zone:
+        # no row where the kernel is nonzero, or a correlation length within the round-off zone: the shifted points
+        # would be as unreliable as the coincident ones, so autograd's values stand
+        return h
     central = []
     for e in (step, 2.0 * step):
         central.append(0.5 * (evaluate(e * u, 2).h + evaluate(-e * u, 2).h))
@@ -346,24 +355,26 @@ def _coincident_mixed(evaluate, h: Tensor, a1: Tensor, a2: Tensor, back, fn) -> 
     return torch.where(near[..., None, None], extrapolated, h)
 
 
-def _correlation_step(fn, x0: Tensor, u: Tensor, size: float) -> float:
+def _correlation_step(fn, rows: Tensor, u: Tensor, size: float) -> float | None:
     r"""The largest step :math:`e = \text{size}\cdot 2^{-j}` with
-    :math:`|k(\mathbf x_0, \mathbf x_0 + e\mathbf u) - k(\mathbf x_0, \mathbf x_0)| \le \tau\,|k(\mathbf x_0,
-    \mathbf x_0)|` (:math:`\tau = 10^{-6}` in float64, :math:`10^{-3}` otherwise): about :math:`10^{-3}` of the
-    kernel's correlation length along :math:`\mathbf u` for a smooth stationary kernel, whatever the lengthscale (a
-    fixed step would be wider than a lengthscale of :math:`10^{-7}`)."""
-    tol = 1e-6 if x0.dtype == torch.float64 else 1e-3
-    steps = size * torch.pow(2.0, -torch.arange(0, 64, dtype=x0.dtype, device=x0.device))
-    points = x0 + steps.unsqueeze(-1) * u  # (64, d)
+    :math:`|k(\mathbf x, \mathbf x + e\mathbf u) - k(\mathbf x, \mathbf x)| \le 10^{-6}\,|k(\mathbf x, \mathbf x)|`
+    at every one of ``rows`` where :math:`k(\mathbf x, \mathbf x) \ne 0` (about :math:`10^{-3}` of the kernel's
+    shortest correlation length there, for a smooth kernel, whatever the lengthscale: a fixed step would be wider than
+    a lengthscale of :math:`10^{-7}`); ``None`` when the kernel vanishes at every row (e.g. :math:`x_0 x'_0 k` at
+    :math:`x_0 = 0`)."""
+    steps = size * torch.pow(2.0, -torch.arange(0, 64, dtype=rows.dtype, device=rows.device))
+    best = None
     with torch.no_grad():
-        k0 = to_dense(fn(x0.unsqueeze(0), x0.unsqueeze(0)))[..., 0, 0]
-        ke = to_dense(fn(x0.unsqueeze(0), points))[..., 0, :]  # (*kernel batch, 64)
-    scale = k0.abs().unsqueeze(-1).clamp_min(torch.finfo(x0.dtype).tiny)
-    gap = ((ke - k0.unsqueeze(-1)).abs() / scale).reshape(-1, steps.numel()).amax(0)
-    ok = torch.nonzero(gap <= tol)
-    if ok.numel() == 0:
-        return float(steps[-1])
-    return float(steps[int(ok[0, 0])])
+        for x0 in rows:
+            k0 = to_dense(fn(x0.unsqueeze(0), x0.unsqueeze(0)))[..., 0, 0]
+            if not bool((k0.abs() > torch.finfo(rows.dtype).tiny).all()):
+                continue
+            ke = to_dense(fn(x0.unsqueeze(0), x0 + steps.unsqueeze(-1) * u))[..., 0, :]  # (*kernel batch, 64)
+            gap = ((ke - k0.unsqueeze(-1)).abs() / k0.abs().unsqueeze(-1)).reshape(-1, steps.numel()).amax(0)
+            ok = torch.nonzero(gap <= 1e-6)
+            step = float(steps[int(ok[0, 0])]) if ok.numel() else float(steps[-1])
+            best = step if best is None else min(best, step)
+    return best
 
 
 #: the verdict of :func:`check_mean_square_differentiable` per kernel object (autograd leaves): None, or the error

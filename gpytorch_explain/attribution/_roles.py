@@ -52,9 +52,12 @@ def kernel_role(kernel: Kernel) -> type[Kernel] | None:
         True
     """
     cls = type(kernel)
-    declared = getattr(cls, "_explain_role", None)
-    if declared is not None:
-        return declared
+    for klass in cls.__mro__:  # a declaration counts unless a class below it redefines how the value is computed
+        if "_explain_role" in vars(klass):
+            declared = vars(klass)["_explain_role"]
+            return declared if isinstance(kernel, declared) else None
+        if any(name in vars(klass) for name in _COMPUTING):
+            break
     if cls in _KNOWN:
         return cls
     for known in _KNOWN:

@@ -328,8 +328,11 @@ def as_instance(
         frame = pd.DataFrame([row], columns=pd.Index(codec.columns))
         return codec.check_integers(codec.encode(frame, register=True)[0], name)
     if is_frame(x) or is_series(x):
-        labels = [str(label) for label in (x.index if is_series(x) else x.columns)]
+        raw = list(x.index if is_series(x) else x.columns)
+        labels = [str(label) for label in raw]
         names = [str(n) for n in feature_names] if feature_names is not None else None
+        if raw == list(range(len(raw))):  # a plain positional index (e.g. a Series built from a list)
+            names = None
         if names is not None and labels != names and sorted(labels) == sorted(names):
             x = x[list((x.index if is_series(x) else x.columns)[[labels.index(n) for n in names]])]
         elif names is not None and labels != names and labels != [str(i) for i in range(len(labels))]:

@@ -156,3 +156,53 @@ def test_kernel_roles():
     assert kernel_role(_MyRBF()) is gpytorch.kernels.RBFKernel and kernel_role(Again()) is gpytorch.kernels.RBFKernel
     assert kernel_role(Doubled()) is None and kernel_role(_UserSE()) is None
     assert kernel_role(gpytorch.kernels.ScaleKernel(_MyRBF())) is gpytorch.kernels.ScaleKernel
+
+
+def test_declared_roles_need_the_declared_class_and_no_override_below():
+    from gpytorch_explain.attribution._roles import kernel_role
+
+    class WrittenOut(gpytorch.kernels.Kernel):  # declares RBFKernel without being one: no closed forms
+        has_lengthscale = True
+        _explain_role = gpytorch.kernels.RBFKernel
+
+        def forward(self, x1, x2, diag=False, **params):
+            return torch.exp(-0.5 * self.covar_dist(x1 / self.lengthscale, x2 / self.lengthscale, square_dist=True))
+
+    class Declared(gpytorch.kernels.ProductKernel):
+        _explain_role = gpytorch.kernels.ProductKernel
+
+        def forward(self, x1, x2, diag=False, **params):
+            return super().forward(x1, x2, diag=diag, **params)
+
+    class Cubed(Declared):  # redefines the value below the declaration
+        def forward(self, x1, x2, diag=False, **params):
+            return super().forward(x1, x2, diag=diag, **params) ** 3
+
+    parts = (gpytorch.kernels.RBFKernel(), gpytorch.kernels.LinearKernel())
+    assert kernel_role(WrittenOut()) is None
+    assert kernel_role(Declared(*parts)) is gpytorch.kernels.ProductKernel
+    assert kernel_role(Cubed(*parts)) is None
+
+
+def test_non_stationary_user_kernel_that_vanishes_at_a_point():
+    # k = x0 x0' exp(-|x - x'|^2 / 2 l^2) on covar_dist: zero at x0 = 0, where a step read off the first point only
+    # came out as the box size (several lengthscales) and gave negative variances
+    class Scaled(gpytorch.kernels.Kernel):
+        has_lengthscale = True
+
+        def forward(self, x1, x2, diag=False, **params):
+            se = torch.exp(-0.5 * self.covar_dist(x1 / self.lengthscale, x2 / self.lengthscale, square_dist=True))
+            return x1[..., :, :1] * x2[..., :, :1].mT * se
+
+    gen = torch.Generator().manual_seed(4)
+    X = torch.randn(20, 2, generator=gen, dtype=DTYPE)
+    y = X[:, 0] * torch.sin(X[:, 1])
+    kern = Scaled()
+    kern.lengthscale = 0.3
+    model = _GP(X, y, kern, gpytorch.means.ZeroMean()).to(DTYPE)
+    model.likelihood.noise = 0.05
+    pts = torch.randn(4, 2, generator=gen, dtype=DTYPE)
+    pts[0, 0] = 0.0
+    dist = PosteriorGradient(model.eval())(pts)
+    assert (dist.variance >= -1e-12).all()
+    assert_rel_close(dist.covariance_matrix.diagonal(), dist.variance.reshape(-1), 1e-9, "diagonal")
