@@ -83,7 +83,8 @@ def kl_relevance(
     if model.training:
         raise ValueError("kl_relevance needs the model in eval mode (call model.eval()).")
     lik = getattr(model, "likelihood", None)
-    if observation_noise and not isinstance(lik, GaussianLikelihood):
+    # a BoTorch model's posterior(x, observation_noise=True) adds its own noise (fixed noise included)
+    if observation_noise and not _is_botorch_model(model) and not isinstance(lik, GaussianLikelihood):
         raise TypeError(
             "observation_noise=True needs a GaussianLikelihood on the model; pass observation_noise=False to use the "
             f"latent posterior (got {type(lik).__name__})."

@@ -149,13 +149,21 @@ def read_csv(path: str) -> Table:
 
     Empty files, a header without data rows, duplicate or empty column names and rows with the wrong number of
     fields raise :class:`CLIError`. Blank lines (nothing but whitespace) are skipped and not counted as rows; a line
-    of empty cells (``,,``) is a row whose values are all missing, which ``--nan`` handles like any other.
+    of empty cells (``,,``) is a row whose values are all missing, which ``--nan`` handles like any other, except
+    after the last data row (spreadsheet exports end with such lines), where it is dropped.
     """
     check_input_file(path)
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.reader(handle)
-            records = [(reader.line_num, row) for row in reader if len(row) > 1 or (row and row[0].strip())]
+            records, end = [], 0
+            for row in reader:
+                start, end = end + 1, reader.line_num  # a quoted field may span lines: the record starts here
+                if len(row) > 1 or (row and row[0].strip()):
+                    records.append((start, row))
+        # lines of empty cells after the last data row (spreadsheet exports end with them) are not rows
+        while records and not any(cell.strip() for cell in records[-1][1]):
+            records.pop()
     except UnicodeDecodeError as err:
         raise CLIError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from None
     except csv.Error as err:

@@ -90,14 +90,16 @@ def summary_plot(path: str, names: Sequence[str], result: dict, target: str, wha
 def write_plots(folder: str, ids: Sequence[str], names: Sequence[str], result: dict, target: str, what: str) -> None:
     """``row_<id>.png`` per row and ``summary.png`` in ``folder`` (each file written atomically)."""
     bases = [_file_name(row_id) for row_id in ids]
-    taken = set(bases)  # every id's own name, so that a renamed file never takes a later id's name
+    # names compared case-insensitively (macOS and Windows file systems); every id's own name is taken, so that a
+    # renamed file never takes a later id's name
+    taken = {b.lower() for b in bases}
     used: set[str] = set()
     for i, (row_id, name) in enumerate(zip(ids, bases, strict=True)):
-        if name in used:  # two ids that sanitise alike: the first free row_<id>_<k>.png
+        if name.lower() in used:  # two ids that sanitise alike: the first free row_<id>_<k>.png
             k = 2
-            while f"{name[:-4]}_{k}.png" in used or f"{name[:-4]}_{k}.png" in taken:
+            while f"{name[:-4]}_{k}.png".lower() in used | taken:
                 k += 1
             name = f"{name[:-4]}_{k}.png"
-        used.add(name)
+        used.add(name.lower())
         row_plot(os.path.join(folder, name), row_id, names, result, i, target, what)
     summary_plot(os.path.join(folder, "summary.png"), names, result, target, what)

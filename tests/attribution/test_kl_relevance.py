@@ -123,3 +123,23 @@ def test_batched_models_are_refused():
     model.likelihood = gpytorch.likelihoods.GaussianLikelihood(batch_shape=torch.Size([2])).double()
     with pytest.raises(ValueError, match="one output of an unbatched model"):
         kl_relevance(model.eval(), x[0, :3])
+
+
+def test_botorch_fixed_noise_models_take_observation_noise():
+    from botorch.models import SingleTaskGP
+
+    gen = torch.Generator().manual_seed(3)
+    X = torch.rand(15, 2, generator=gen, dtype=torch.float64)
+    Y = torch.sin(3 * X).sum(-1, keepdim=True)
+    model = SingleTaskGP(X, Y, train_Yvar=torch.full_like(Y, 0.01)).eval()
+    x = X[:3] + 0.01
+    with torch.no_grad():
+        lib = kl_relevance(model, x)
+        p0 = model.posterior(x, observation_noise=True)
+        ref = torch.empty_like(lib)
+        for j in range(2):
+            p = model.posterior(x + 1e-3 * torch.eye(2, dtype=torch.float64)[j], observation_noise=True)
+            ref[:, j] = (
+                2 * gaussian_kl(p0.mean[:, 0], p0.variance[:, 0], p.mean[:, 0], p.variance[:, 0])
+            ).sqrt() / 1e-3
+    torch.testing.assert_close(lib, ref, rtol=1e-9, atol=0)

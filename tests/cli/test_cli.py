@@ -642,6 +642,11 @@ def test_read_csv_edge_cases(tmp_path):
     assert np.isnan(table.numeric(["a"])[1, 0]) and table.numeric(["a"])[2, 0] == 3.0
     with pytest.raises(CLIError, match=r"column 'b', row 2 \(line 5\): 'x' is not a number"):
         table.numeric(["b"])
+    # lines of empty cells after the last data row (spreadsheet exports) are dropped; a record's line is where it
+    # starts (a quoted field may span lines)
+    path.write_text('a,b\r\n1,"x\ny"\r\n,\r\n3,4\r\n,\r\n,\r\n')
+    table = read_csv(str(path))
+    assert len(table) == 3 and table.lines == [2, 4, 5]
     # a first line of numbers is read as the header: a missing column's message says so
     path.write_text("0.5,1.5\n1,2\n")
     with pytest.raises(CLIError, match="every column name is a number"):
@@ -733,7 +738,7 @@ def test_plot_file_names_never_collide(monkeypatch, tmp_path):
     written = []
     monkeypatch.setattr(plots, "row_plot", lambda path, row_id, *rest: written.append((os.path.basename(path), row_id)))
     monkeypatch.setattr(plots, "summary_plot", lambda path, *rest: written.append((os.path.basename(path), None)))
-    plots.write_plots(str(tmp_path), ["a_2", "a", "a!", "a"], ["f"], {}, "y", "IG")
+    plots.write_plots(str(tmp_path), ["a_2", "a", "a!", "a", "A"], ["f"], {}, "y", "IG")
     names = [name for name, _ in written]
-    assert len(set(names)) == len(names) == 5
+    assert len({n.lower() for n in names}) == len(names) == 6  # also apart on case-insensitive file systems
     assert written[:2] == [("row_a_2.png", "a_2"), ("row_a.png", "a")]
