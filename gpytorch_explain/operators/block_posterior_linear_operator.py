@@ -10,7 +10,7 @@ from linear_operator.utils.memoize import cached
 from torch import Tensor
 
 from ..settings import block_budget, cg_iterations, derived_solve_tolerance
-from ..utils.linalg import solve_checked
+from ..utils.linalg import shared_matrix, solve_checked, solve_triangular_shared
 
 __all__ = ["BlockPosteriorLinearOperator"]
 
@@ -112,13 +112,13 @@ class BlockPosteriorLinearOperator(LinearOperator):
     def _apply_inverse(self, rhs: Tensor) -> Tensor:
         r""":math:`\mathbf C^{-1}` (or its root approximation) times ``rhs`` (``(*batch, n, t)``)."""
         if self.factor_type == "cholesky":
-            if self.middle is not None:
-                v = torch.linalg.solve_triangular(self.factor, rhs, upper=False)
-                return torch.linalg.solve_triangular(self.factor.mT, self.middle @ v, upper=True)
             # two triangular solves rather than cholesky_solve: the same (lower-triangular) gradient with respect to
-            # the factor as the point blocks and to_dense(), which use L⁻¹B
-            v = torch.linalg.solve_triangular(self.factor, rhs, upper=False)
-            return torch.linalg.solve_triangular(self.factor.mT, v, upper=True)
+            # the factor as the point blocks and to_dense(), which use L⁻¹B; a factor shared by the batch is not
+            # copied per member (solve_triangular_shared)
+            v = solve_triangular_shared(self.factor, rhs, upper=False)
+            if self.middle is not None:
+                v = self.middle @ v
+            return solve_triangular_shared(self.factor.mT, v, upper=True)
         if self.factor_type == "solve":
             tol = derived_solve_tolerance(self.dtype)
             with gsettings.cg_tolerance(tol), gsettings.max_cg_iterations(cg_iterations(rhs.size(-2))):
@@ -152,13 +152,20 @@ class BlockPosteriorLinearOperator(LinearOperator):
         d, n = self.num_features, self.num_train
         if buffer is not None:
             num_p = len(range(*points.indices(self.num_points)))
-            bt = buffer[..., : num_p * d, :]
+            # a contiguous prefix of the flat workspace, so that a factor shared by the batch solves all members at
+            # once, as columns, in place (torch would copy a broadcast factor per member)
+            bt = buffer[: self.batch_shape.numel() * num_p * d * n].view(*self.batch_shape, num_p * d, n)
             self._b_rows_into(points, bt.view(*bt.shape[:-2], num_p, d, n))
-            torch.linalg.solve_triangular(self.factor, bt.mT, upper=False, out=bt.mT)
+            shared = shared_matrix(self.factor)
+            if shared is not None:
+                flat = bt.view(-1, n)
+                torch.linalg.solve_triangular(shared, flat.mT, upper=False, out=flat.mT)
+            else:
+                torch.linalg.solve_triangular(self.factor, bt.mT, upper=False, out=bt.mT)
             return bt.view(*bt.shape[:-2], num_p, d, n)
         rows = self._b_rows(points)
         num_p = rows.size(-3)
-        v = torch.linalg.solve_triangular(self.factor, rows.reshape(*rows.shape[:-3], num_p * d, n).mT, upper=False)
+        v = solve_triangular_shared(self.factor, rows.reshape(*rows.shape[:-3], num_p * d, n).mT, upper=False)
         return v.mT.reshape(*v.shape[:-2], num_p, d, n)
 
     def _buffer(self) -> Tensor | None:
@@ -166,9 +173,8 @@ class BlockPosteriorLinearOperator(LinearOperator):
         if self.factor_type != "cholesky" or self._needs_grad() or self.num_points == 0:
             return None
         step = next(iter(self._chunks())).stop
-        return torch.empty(
-            *self.batch_shape, step * self.num_features, self.num_train, dtype=self.dtype, device=self.device
-        )
+        size = self.batch_shape.numel() * step * self.num_features * self.num_train
+        return torch.empty(size, dtype=self.dtype, device=self.device)  # flat: chunks take contiguous prefixes
 
     # ------------------------------------------------------------------ blocks
     @cached(name="reduction_blocks")

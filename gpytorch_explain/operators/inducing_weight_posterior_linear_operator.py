@@ -9,7 +9,7 @@ from linear_operator.utils.memoize import cached
 from torch import Tensor
 
 from ..settings import block_budget
-from ..utils.linalg import kron_identity
+from ..utils.linalg import kron_identity, shared_matrix, solve_triangular_shared
 
 __all__ = ["InducingWeightPosteriorLinearOperator"]
 
@@ -107,12 +107,15 @@ class InducingWeightPosteriorLinearOperator(LinearOperator):
         r""":math:`\mathbf L^{-1}`, ``(*batch, dM, dM)`` (lower-triangular), once for all points."""
         chol = self.capacitance_cholesky
         eye = torch.eye(chol.size(-1), dtype=chol.dtype, device=chol.device)
+        shared = shared_matrix(chol)
+        if shared is not None:  # one inverse for the whole batch, not a copy per member
+            return torch.linalg.solve_triangular(shared, eye, upper=False).contiguous().expand(chol.shape)
         return torch.linalg.solve_triangular(chol, eye, upper=False).contiguous()  # LAPACK returns it column-major
 
     def _h_columns(self, points: slice) -> Tensor:
         r""":math:`\mathbf H` for some points, ``(*batch, dM, |P|·d)`` (point-major)."""
         if self._solve_route():
-            return torch.linalg.solve_triangular(self.capacitance_cholesky, self._e_columns(points), upper=False)
+            return solve_triangular_shared(self.capacitance_cholesky, self._e_columns(points), upper=False)
         h = self._h_blocks(points)  # (d, dM, P)
         return h.permute(*range(h.dim() - 3), -2, -1, -3).reshape(*h.shape[:-3], h.size(-2), -1)
 
@@ -191,8 +194,8 @@ class InducingWeightPosteriorLinearOperator(LinearOperator):
         chol = self.capacitance_cholesky
         # (L Lᵀ)⁻¹ E v by two triangular solves rather than cholesky_solve: the same gradient with respect to the
         # factor (lower-triangular) as point_blocks() and to_dense(), which use L⁻¹
-        inner = torch.linalg.solve_triangular(chol, self._e_matmul(rhs), upper=False)
-        inner = torch.linalg.solve_triangular(chol.mT, inner, upper=True)
+        inner = solve_triangular_shared(chol, self._e_matmul(rhs), upper=False)
+        inner = solve_triangular_shared(chol.mT, inner, upper=True)
         res = prior + self._et_matmul(inner)
         return res.squeeze(-1) if is_vector else res
 

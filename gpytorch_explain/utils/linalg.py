@@ -12,7 +12,14 @@ from linear_operator.utils.errors import NanError, NotPSDError
 from linear_operator.utils.warnings import NumericalWarning
 from torch import Tensor
 
-__all__ = ["dense_gaussian_nll", "dense_limit", "kron_identity", "solve_checked"]
+__all__ = [
+    "dense_gaussian_nll",
+    "dense_limit",
+    "kron_identity",
+    "shared_matrix",
+    "solve_checked",
+    "solve_triangular_shared",
+]
 
 
 def dense_limit() -> int:
@@ -39,6 +46,51 @@ def kron_identity(matrix: Tensor, d: int) -> Tensor:
     eye = torch.eye(d, dtype=matrix.dtype, device=matrix.device)
     blocks = matrix[..., :, None, :, None] * eye[:, None, :]  # (*batch, m, d, k, d)
     return blocks.reshape(*matrix.shape[:-2], matrix.size(-2) * d, matrix.size(-1) * d)
+
+
+def shared_matrix(matrix: Tensor) -> Tensor | None:
+    r"""The one matrix that a batch of matrices ``(*batch, n, k)`` repeats, or ``None`` when the members differ.
+
+    An unbatched matrix is returned as it is. A batch is shared when every batch dimension longer than one has
+    stride 0, as :meth:`torch.Tensor.expand` makes it; the shared member is then returned as a 2-D view.
+
+    >>> import torch
+    >>> a = torch.eye(2)
+    >>> shared_matrix(a.expand(3, 2, 2)).shape, shared_matrix(torch.stack([a, 2 * a]))
+    (torch.Size([2, 2]), None)
+    """
+    if matrix.dim() <= 2:
+        return matrix
+    if all(stride == 0 for size, stride in zip(matrix.shape[:-2], matrix.stride()[:-2], strict=True) if size > 1):
+        return matrix[(0,) * (matrix.dim() - 2)]
+    return None
+
+
+def solve_triangular_shared(factor: Tensor, rhs: Tensor, *, upper: bool) -> Tensor:
+    r""":func:`torch.linalg.solve_triangular` ``(factor, rhs, upper=upper)`` without a copy of a shared factor per
+    batch member.
+
+    torch copies the ``n x n`` factor once per batch member of the result whenever the factor is broadcast (an
+    unbatched factor with batched right-hand sides, or an expanded one). When every member uses the same factor
+    (:func:`shared_matrix`), the batch is folded into the columns instead,
+    :math:`\mathbf L^{-1}[\mathbf b_1, \dots, \mathbf b_B]`, which costs one copy of the right-hand sides.
+
+    >>> import torch
+    >>> L = torch.tensor([[2.0, 0.0], [1.0, 1.0]])
+    >>> b = torch.randn(4, 2, 3)
+    >>> torch.allclose(solve_triangular_shared(L.expand(4, 2, 2), b, upper=False),
+    ...                torch.linalg.solve_triangular(L, b, upper=False))
+    True
+    """
+    shared = shared_matrix(factor)
+    if shared is None or rhs.dim() <= 2:
+        return torch.linalg.solve_triangular(factor, rhs, upper=upper)
+    n, t = rhs.shape[-2:]
+    batch = torch.broadcast_shapes(rhs.shape[:-2], factor.shape[:-2])
+    folded = rhs.movedim(-2, 0).reshape(n, -1)  # (n, B·t)
+    res = torch.linalg.solve_triangular(shared, folded, upper=upper)
+    res = res.reshape(n, *rhs.shape[:-2], t).movedim(0, -2)
+    return res if res.shape[:-2] == batch else res.expand(*batch, n, t)
 
 
 #: CG iterations per round of a derived solve (see :func:`solve_checked`).

@@ -109,3 +109,31 @@ def test_batch_indexing_and_transpose_with_shared_test_features():
         assert torch.allclose(op[b].to_dense(), ref, atol=1e-12)
         assert torch.allclose(op.to_dense()[b], ref, atol=1e-12)
         assert torch.allclose(op.mT.to_dense()[b], ref.mT, atol=1e-12)
+
+
+def test_capacitance_factor_shared_by_a_batch(monkeypatch):
+    # batched P and Φ* with one capacitance factor: it is inverted and solved once for the batch (a 2-D factor in
+    # every triangular solve, as torch would copy a broadcast factor per member), with the dense results per member
+    prior, phi, _ = _parts(3, seed=8)
+    _, _, chol = _parts(seed=9)
+    seen = []
+    solve = torch.linalg.solve_triangular
+
+    def spy(a, b, **kwargs):
+        seen.append(a.dim())
+        return solve(a, b, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "solve_triangular", spy)
+    rhs = torch.randn(3, M_POINTS * D, 2, generator=torch.Generator().manual_seed(10), dtype=torch.float64)
+    for elements in (10**6, 4):  # one block; a point at a time
+        with max_block_elements(elements):
+            op = InducingWeightPosteriorLinearOperator(prior, phi, chol, D)
+            refs = torch.stack([_dense(prior[b], phi[b], chol, D) for b in range(3)])
+            seen_before = len(seen)
+            assert torch.allclose(op.to_dense(), refs, atol=1e-12)
+            assert torch.allclose(op.diagonal(), refs.diagonal(dim1=-2, dim2=-1), atol=1e-12)
+            assert torch.allclose(op @ rhs, refs @ rhs, atol=1e-12)
+            assert torch.allclose(op[2].to_dense(), refs[2], atol=1e-12)
+            assert len(seen) > seen_before
+    # the reference's own solves are the 2-D ones above too; the operator's must be as well
+    assert set(seen) == {2}

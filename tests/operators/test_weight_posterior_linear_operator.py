@@ -217,3 +217,37 @@ def test_batch_indexing_with_shared_training_explanation_features():
         ref = _dense_reference(prior[b], cross[b], z, covar[b])
         assert torch.allclose(op[b].to_dense(), ref, atol=1e-12)
         assert torch.allclose(op[b, :4, 1:].to_dense(), ref[:4, 1:], atol=1e-12)
+
+
+def test_factor_shared_by_a_batched_prior_is_solved_once(monkeypatch):
+    # a batched prior and cross-covariance with one (unbatched) factor and Z: torch.linalg.solve_triangular would copy
+    # the n x n factor per batch member; the operator folds the batch into the right-hand sides instead. Every path
+    # (point blocks in chunks, with the in-place workspace and with autograd, products, to_dense) against the dense
+    # reference, and every triangular solve sees a 2-D factor
+    prior, cross, _, _ = _parts(3, seed=6)
+    _, _, z, covar = _parts(seed=7)
+    chol = torch.linalg.cholesky(covar)
+    seen = []
+    solve = torch.linalg.solve_triangular
+
+    def spy(a, b, **kwargs):
+        seen.append(a.dim())
+        return solve(a, b, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "solve_triangular", spy)
+    rhs = torch.randn(3, M * D, 2, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    for elements in (10**6, 2 * N * D):  # one chunk; chunks of two points (the last one shorter)
+        with max_block_elements(elements):
+            op = WeightPosteriorLinearOperator(prior, cross, z, chol)
+            ref = _dense_reference(prior, cross, z, covar.expand(3, N, N))
+            assert torch.allclose(op.to_dense(), ref, atol=1e-12)
+            assert torch.allclose(op.diagonal(), ref.diagonal(dim1=-2, dim2=-1), atol=1e-12)
+            assert torch.allclose(op @ rhs, ref @ rhs, atol=1e-12)
+            assert torch.allclose(op[1].to_dense(), ref[1], atol=1e-12)
+    assert seen and set(seen) == {2}
+    cross_grad = cross.clone().requires_grad_(True)
+    op = WeightPosteriorLinearOperator(prior, cross_grad, z, chol)
+    op.diagonal().sum().backward()
+    cross_ref = cross.clone().requires_grad_(True)
+    _dense_reference(prior, cross_ref, z, covar.expand(3, N, N)).diagonal(dim1=-2, dim2=-1).sum().backward()
+    assert torch.allclose(cross_grad.grad, cross_ref.grad, atol=1e-12)
