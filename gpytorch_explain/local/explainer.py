@@ -370,6 +370,19 @@ class LocalGPExplainer(_BoxMixin, _ProposalMixin, _ReadoutMixin):
             raise ValueError(f"the std of feature(s) {bad[:10]} overflows float64; rescale training_data.")
         tiny = 1e-12 * np.abs(data).max(axis=0)  # relative: data in units of 1e-9 (or 1e9) are as good as any
         self.active = np.flatnonzero(self.sigma > tiny)
+        faint = [j for j in np.flatnonzero((self.sigma > 0) & (self.sigma <= tiny)) if j not in set(cats)]
+        if faint:
+            listed = ", ".join(
+                f"{names[j]} (std {self.sigma[j]:.3g} at |x| up to {np.abs(data[:, j]).max():.3g})" for j in faint[:5]
+            )
+            warnings.warn(
+                f"training_data's feature(s) {listed}{', ...' if len(faint) > 5 else ''} vary by less than 1e-12 of "
+                "their magnitude: they are treated as constant (never perturbed, relevance 0, gradient 0 ± 0). If "
+                "such a variation matters to the black box, subtract an offset from the feature (in training_data "
+                "and inside predict_fn) so that its values are resolved.",
+                UserWarning,
+                stacklevel=2,
+            )
         if self.active.size == 0:
             raise ValueError("Every feature of training_data has zero variance: there is nothing to perturb.")
         if seed is not None:

@@ -1,6 +1,8 @@
 """LocalGPExplainer's input checks: each bad argument is a clear error before any black-box call, never a silent
 wrong answer (an input audit of the explainer, its helpers and its result)."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -216,3 +218,17 @@ def test_a_baseline_outside_the_box_is_warned(data):
     outside = ex.explain(x, baseline=x - 3 * data.std(0) * np.array([1, 0, 0]))
     (message,) = [m for m in outside.warnings if m.startswith("baseline:")]
     assert "outside the sampled box x ± 1σ for 1 feature(s) (x0; up to 3 box half-widths" in message
+
+
+def test_a_feature_varying_below_the_resolution_threshold_is_named_in_a_warning():
+    # std 9e-4 around 1e9 (relative 1e-12): treated as constant, which must not be silent
+    X = np.random.default_rng(0).normal(size=(100, 2))
+    X[:, 0] = 1e9 + 9e-4 * X[:, 0]
+    with pytest.warns(UserWarning, match=r"x0 \(std 0.000\d+ at \|x\| up to 1e\+09\).*treated as constant"):
+        ex = LocalGPExplainer(lambda Z: Z[:, 1], X, budget=20)
+    assert list(ex.active) == [1]
+    # an exactly constant feature is the documented case and warns nothing
+    X[:, 0] = 5.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LocalGPExplainer(lambda Z: Z[:, 1], X, budget=20)

@@ -67,16 +67,21 @@ def test_a_completed_feature_reads_the_central_difference():
     y_all = np.array([0.0, 0.3, 0.5, 0.2, 9.0, -0.1])  # x, x + h e_0..2, (a Sobol row), x - h e_1
     ex._backward = {1: 5}
     model = SimpleNamespace(likelihood=SimpleNamespace(noise=torch.tensor([1e-4], dtype=torch.float64)))
-    cont, hh, d, b, c = ex._stencil_terms(y_all, scale, np.zeros(3), None, 1.0)
+    cont, hh, d, b, c, a = ex._stencil_terms(y_all, scale, np.zeros(3), None, 1.0)
     np.testing.assert_allclose(hh, h)
     np.testing.assert_allclose(d, [0.3 / h[0], (0.5 - (-0.1)) / (2 * h[1]), 0.2 / h[2]], rtol=1e-15)
     np.testing.assert_array_equal(c, [2.0, 0.5, 2.0])
+    # the completed feature's error bound: half the spread of its one-sided differences, (0.5 - 0) / h and
+    # (0 - (-0.1)) / h; the forward ones have no truncation estimate without a model
+    spread = 0.5 * abs(0.5 / h[1] - 0.1 / h[1])
+    np.testing.assert_allclose(a, [0.0, spread, 0.0], rtol=1e-15)
     np.testing.assert_array_equal(b, 0.0)
-    # with a model the forward features get a truncation estimate; the completed one none
+    # with a model the forward features get a truncation estimate; the completed one none, and keeps its bound
     model.posterior = None  # not needed by the terms below: only _forward_bias reads the model
     ex._forward_bias = lambda *args: np.array([0.7, 0.7, 0.7])
-    _, _, _, b, _ = ex._stencil_terms(y_all, scale, np.zeros(3), model, 1.0)
+    _, _, _, b, _, a = ex._stencil_terms(y_all, scale, np.zeros(3), model, 1.0)
     np.testing.assert_array_equal(b, [0.7, 0.0, 0.7])
+    np.testing.assert_allclose(a, [0.0, spread, 0.0], rtol=1e-15)
 
 
 def test_completion_spends_calls_at_x_minus_h_and_reports_the_central_difference():

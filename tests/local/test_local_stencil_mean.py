@@ -88,3 +88,24 @@ def test_without_a_stencil_nothing_comes_from_it():
     f, X, x, _ = _tanh_box(3)
     res = LocalGPExplainer(f, X, budget=16, seed=3, stencil=None).explain(x)
     assert res.gradient_from_stencil.dtype == bool and not res.gradient_from_stencil.any()
+
+
+def test_the_gradient_std_is_at_least_the_slope_the_samples_resolve():
+    # a surrogate that calls everything noise can have its prior slope variance collapse to 0 and report 0 ± 0
+    # (GradientBoosting on diabetes, LOO R² 0); the std is floored at the least-squares slope's std along each
+    # continuous feature, sigma_n (A^T A)^-1_11 with A = [1, u_j], here computed by a dense solve
+    rng = np.random.RandomState(0)
+    data = rng.randn(50, 3)
+    ex = LocalGPExplainer(lambda X: X.sum(1), data, budget=20, categorical_features=[2])
+    U = rng.uniform(-1, 1, size=(20, 3))
+    noise_var, ys, scale = 0.3, 2.5, np.array([0.5, 4.0, 1.0])
+    model = SimpleNamespace(
+        train_inputs=(torch.as_tensor(U),),
+        likelihood=SimpleNamespace(noise=torch.tensor([noise_var], dtype=torch.float64)),
+    )
+    floor = ex._resolution_floor(model, ys, scale)
+    for p in range(2):
+        A = np.c_[np.ones(20), U[:, p]]
+        slope_var = noise_var * ys**2 * np.linalg.inv(A.T @ A)[1, 1]
+        np.testing.assert_allclose(floor[p], np.sqrt(slope_var) / scale[p], rtol=1e-12)
+    assert floor[2] == 0.0  # categorical
