@@ -9,6 +9,7 @@ echo "[test] ruff"
 ruff check gpytorch_explain tests benchmarks tutorials scripts docs conftest.py
 ruff format --check gpytorch_explain tests benchmarks tutorials scripts docs conftest.py
 echo "[test] pytest"
-python -m pytest "$@"
+# one worker per core (pytest-xdist; GPX_TEST_WORKERS=0 runs in this process): most tests are single-threaded
+python -m pytest -n "${GPX_TEST_WORKERS:-auto}" "$@"
 echo "[test] docs (sphinx -W; tutorials executed on small data)"
 GPYTORCH_EXPLAIN_TUTORIAL_SMALL=1 python -m sphinx -E -W --keep-going -q -b html docs docs/_build/html
