@@ -323,7 +323,7 @@ def test_forward_truncation_term_hardly_widens_a_smooth_tilted_black_box():
 def test_a_kink_next_to_x_widens_the_std_to_the_side_x_is_on():
     # |x0 - c| with x 0.02 sigma right of its kink, and a ReLU with x1 0.07 sigma left of its kink: the central
     # difference (and the surrogate that follows it) reads the average of the two sides, 0.2 and 0.14, against true
-    # slopes of 1 and 0, with stds of 0.04 and 0.03 before; half the spread of the one-sided differences bounds it
+    # slopes of 1 and 0, with stds of 0.08 and 0.009 before; half the spread of the one-sided differences bounds it
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 4))
     s = X.std(0)
