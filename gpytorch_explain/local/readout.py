@@ -510,6 +510,14 @@ class _ReadoutMixin:
                     "E p(x) - E p(b)): the path quadrature did not converge; read them with care."
                 )
         ell, rel_mean, rel_std = self._relevance(model, messages, boot_rng)
+        n_moves = len(y_all) - 1
+        if n_moves < act.size:
+            messages.append(
+                f"relevance: {n_moves} call(s) away from x for {act.size} perturbed features, so the samples cannot "
+                f"tell every feature's effect apart (at most {n_moves} directions seen): the relevances of at least "
+                f"{act.size - n_moves} feature(s) are set by the surrogate's prior, not by the black box; a budget "
+                "above the number of features separates them."
+            )
         relevance = np.zeros(D)
         relevance[act] = rel_mean
         relevance_std = np.zeros(D)

@@ -88,6 +88,8 @@ def test_underdetermined_gradients_are_not_confidently_wrong(budget):
         total += z.size
         worst = max(worst, float(np.abs(z).max()))
         assert any("linear regression through the samples" in w for w in res.warnings)
+        # 9 moves away from x cannot separate 10 features' relevances; 11 can
+        assert any("set by the surrogate's prior" in w for w in res.warnings) == (budget - 1 < X.shape[1])
     assert inside >= 38 and worst < 3.0, (inside, worst)
 
 
