@@ -431,8 +431,14 @@ class _ReadoutMixin:
             from_stencil[self._stencil_check(g_all, scale, g_mean, g_std, messages, amodel, ys)] = True
         else:
             floor, note = self._regression_floor(amodel, _to_numpy(grad.mean[0]), ys, scale)
-            g_std[act] = np.maximum(g_std[act], floor)
-            messages.append(note)
+            binds = floor > g_std[act]
+            if binds.any():  # said only where it widened a std
+                g_std[act] = np.maximum(g_std[act], floor)
+                names = [self.feature_names[j] for j in act[binds]]
+                messages.append(
+                    f"{note} It widened the std of {len(names)} feature(s): {', '.join(names[:5])}"
+                    f"{', ...' if len(names) > 5 else ''}."
+                )
         factor = slope_factor(self.link, y_all[0])  # ∂p/∂g at x (1 for the identity link): exact, p(x) is observed
         g_mean *= factor
         g_std *= factor
