@@ -127,10 +127,12 @@ def test_auto_stencil_is_central_within_half_of_the_budget_else_forward_within_t
     assert design(13, 52) == (0.1, "central")
     assert design(33, 50) == (0.1, "forward")  # 33 <= 33.3, and 1 + 33 + 10 Sobol rows leave 6 calls to BO
     assert design(34, 50)[0] is None  # 34 > 33.3
-    # either must leave at least 2 calls to BO: 5 features, budget 12: 1 + 10 + 2 Sobol rows > 12 - 2 (central),
-    # 1 + 5 + 2 = 8 <= 10 (forward: on); budget 8: 1 + 5 + 2 > 6 (off)
+    # either must leave at least 1 call to BO: 5 features, budget 12: 1 + 10 + 2 Sobol rows > 12 - 1 (central),
+    # 1 + 5 + 2 = 8 <= 11 (forward: on); budget 8: 1 + 5 + 2 > 7, but the default's Sobol points go down to 1 for
+    # the stencil (1 + 5 + 1 = 7); budget 7: 5 rows > 7 * 2 / 3 (off)
     assert design(5, 12) == (0.1, "forward")
-    assert design(5, 8)[0] is None
+    assert design(5, 8) == (0.1, "forward")
+    assert design(5, 7)[0] is None
     assert LocalGPExplainer(lambda X: X.sum(1), rng.randn(50, 3), budget=50, stencil_kind="forward").stencil_kind == (
         "forward"
     )
@@ -231,6 +233,24 @@ def test_auto_says_when_the_budget_leaves_no_room_for_a_stencil():
     assert not any(w.startswith("stencil") for w in res.warnings)  # asked for: not reported
 
 
+def test_the_default_sobol_points_give_way_to_the_stencil():
+    # 6 features at 9 calls: x + 6 forward rows + the default's 2 Sobol points leave no acquisition call, 1 does
+    data = np.random.RandomState(0).randn(50, 6)
+    ex = LocalGPExplainer(lambda X: X.sum(1), data, budget=9)
+    assert (ex.n_initial, ex.stencil, ex.stencil_kind) == (1, 0.1, "forward")
+    ex = LocalGPExplainer(lambda X: X.sum(1), data, budget=9, stencil=0.2)  # a number too (it raised before)
+    assert (ex.n_initial, ex.stencil) == (1, 0.2)
+    ex = LocalGPExplainer(lambda X: X.sum(1), data, budget=9, n_initial=2)  # asked for: kept, stencil off
+    assert (ex.n_initial, ex.stencil) == (2, None)
+    ex = LocalGPExplainer(lambda X: X.sum(1), data, budget=9, stencil=None)
+    assert ex.n_initial == 2
+    ex = LocalGPExplainer(lambda X: X.sum(1), data, budget=8)  # no stencil fits at all: the default stays
+    assert (ex.n_initial, ex.stencil) == (2, None)
+    res = LocalGPExplainer(lambda X: X.sum(1), data, budget=9, seed=0, raw_samples=8).explain(data[0])
+    assert len(res.y_samples) == 9 and not any(w.startswith("stencil: off") for w in res.warnings)
+    np.testing.assert_allclose(res.gradient_mean, np.ones(6), atol=0.05)
+
+
 def test_stencil_rows_and_differences_against_direct_formulas():
     from gpytorch_explain.local.stencil import choose_stencil, stencil_differences, stencil_rows
 
@@ -260,6 +280,13 @@ def test_stencil_rows_and_differences_against_direct_formulas():
     assert "central stencil's 26 rows" in choose_stencil("auto", "central", 13, 50, 10)[2]
     assert choose_stencil(0.3, "auto", 13, 50, 10) == (0.3, "central", None)  # 26 + 10 + 2 <= 50
     assert choose_stencil(0.3, "auto", 20, 50, 10) == (0.3, "forward", None)
+    # "auto" needs one acquisition call after x, the stencil and the Sobol points, as a number does
+    assert choose_stencil("auto", "auto", 10, 15, 3) == (0.1, "forward", None)  # 1 + 10 + 3 + 1 = 15
+    assert choose_stencil(0.1, "auto", 10, 15, 3) == (0.1, "forward", None)
+    off = choose_stencil("auto", "auto", 10, 14, 3)
+    assert off[0] is None and "leave no call to the acquisition" in off[2]
+    with pytest.raises(ValueError, match="budget >= 15"):
+        choose_stencil(0.1, "auto", 10, 14, 3)
 
 
 def test_the_stopping_rule_reads_the_std_after_the_stencil_check():
