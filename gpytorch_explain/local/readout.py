@@ -524,6 +524,14 @@ class _ReadoutMixin:
                 f"{act.size - n_moves} feature(s) are set by the surrogate's prior, not by the black box; a budget "
                 "above the number of features separates them."
             )
+        unmoved = [int(j) for j in act if np.all(np.asarray(X_all[1:, j]) == np.asarray(X_all)[0, j])]
+        if unmoved:  # e.g. a categorical feature the few Sobol and BO points all left at x's value
+            names = [self.feature_names[j] for j in unmoved]
+            messages.append(
+                f"unmoved: no sample moved {len(names)} perturbed feature(s) away from x ({', '.join(names[:5])}"
+                f"{', ...' if len(names) > 5 else ''}), so their relevance, gradient and integrated gradient are the "
+                "surrogate's prior, not a reading of the black box; a larger budget moves them."
+            )
         relevance = np.zeros(D)
         relevance[act] = rel_mean
         relevance_std = np.zeros(D)

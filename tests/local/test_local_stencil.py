@@ -251,6 +251,28 @@ def test_the_default_sobol_points_give_way_to_the_stencil():
     np.testing.assert_allclose(res.gradient_mean, np.ones(6), atol=0.05)
 
 
+def test_features_no_sample_moved_are_named():
+    # 4 continuous + 2 categorical features at 7 calls: x, 4 forward stencil rows, 1 Sobol point and 1 BO point; the
+    # categorical features move only if those two points draw another category (at seed 0 neither did)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 6))
+    X[:, 4], X[:, 5] = rng.integers(0, 3, 200), rng.integers(0, 2, 200)
+
+    def f(Z):
+        return Z[:, 0] - 2 * Z[:, 1] + 0.5 * Z[:, 4] + Z[:, 5] * Z[:, 2]
+
+    said = []
+    for seed in range(3):
+        res = LocalGPExplainer(f, X, budget=7, categorical_features=[4, 5], seed=seed).explain(X[3])
+        unmoved = [f"x{j}" for j in range(6) if np.all(res.x_samples[1:, j] == res.x_samples[0, j])]
+        notes = [w for w in res.warnings if w.startswith("unmoved:")]
+        assert bool(notes) == bool(unmoved), (unmoved, res.warnings)
+        if unmoved:
+            assert all(name in notes[0] for name in unmoved)
+        said.append(bool(notes))
+    assert said[0]
+
+
 def test_stencil_rows_and_differences_against_direct_formulas():
     from gpytorch_explain.local.stencil import choose_stencil, stencil_differences, stencil_rows
 
