@@ -19,6 +19,7 @@ import torch
 from gpytorch.utils.warnings import NumericalWarning
 
 from ..attribution import PosteriorGradient, PosteriorIntegratedGradients
+from .floors import _FloorMixin
 from .link import (
     IG_COMPLETENESS_TOL,
     link_hint,
@@ -32,7 +33,6 @@ from .surrogate import (
     bootstrap_relevances,
     fit_surrogate,
     fit_trend_surrogate,
-    loo_predictions,
     loo_r2,
     make_relevance_surrogate,
 )
@@ -76,7 +76,7 @@ def _relevance_of(model) -> torch.Tensor:
     return inv / inv.sum()
 
 
-class _ReadoutMixin:
+class _ReadoutMixin(_FloorMixin):
     """The explainer's read-outs of its surrogates (see the module docstring)."""
 
     def _attribution_model(self, model, messages: list[str] | None = None):
@@ -139,88 +139,12 @@ class _ReadoutMixin:
         )
         if self.stencil is not None:  # the same check as the result's, so that it cannot stop on a narrower std
             self._stencil_check(y_all, scale, g_mean, g_std, [], model, ys)
-        else:  # the same floor as the result's
-            g_std[act] = np.maximum(g_std[act], self._regression_floor(model, _to_numpy(grad.mean[0]), ys, scale)[0])
+        else:  # the same check and floor as the result's
+            floor, _, regression = self._regression_floor(model, _to_numpy(grad.mean[0]), ys, scale)
+            g_act = g_std[act]
+            self._regression_check(regression, floor, g_mean[act], g_act)
+            g_std[act] = np.maximum(g_act, floor)
         return bool(np.all(g_std[act] * slope_factor(self.link, y0) < self.gradient_tol))
-
-    def _resolution_floor(self, model, ys: float, scale: np.ndarray) -> np.ndarray:
-        r"""The slope each continuous feature's samples can resolve at the surrogate's noise (user units, per active
-        feature; 0 for categorical ones): :math:`\sigma_n / \sqrt{\sum_i (u_{ij} - \bar u_j)^2}`, the std of a
-        least-squares slope along feature :math:`j` through the samples :math:`u_{ij}` (box units) with noise std
-        :math:`\sigma_n` (the attribution surrogate's).
-
-        ``gradient_std`` is at least this. A surrogate that fits the samples well has a small :math:`\sigma_n` and a
-        posterior std above it (a slope at ``x`` is known less well than the samples' global trend). One that calls
-        everything noise (leave-one-out R² near 0, on a tree the box shows as jumps) can have a prior slope variance
-        that collapsed to 0, and reported ``0 ± 0``, a certainty the samples do not hold: GradientBoosting on
-        diabetes gave 0 ± 0 for five features at one seed and stds of 40-560 at another."""
-        U = _to_numpy(model.train_inputs[0])
-        noise = float(model.likelihood.noise.detach().reshape(-1)[0].clamp_min(0.0).sqrt()) * ys
-        spread = np.sqrt(((U - U.mean(0)) ** 2).sum(0))
-        floor = np.zeros(self.active.size)
-        for p, j in enumerate(self.active):
-            if j not in self.categorical_features and spread[p] > 0:
-                floor[p] = noise / spread[p] / scale[p]
-        return floor
-
-    def _regression_floor(self, model, g_box: np.ndarray, ys: float, scale: np.ndarray) -> tuple[np.ndarray, str]:
-        r"""A floor on the gradient's std where no finite difference checks it (stencil off): the std of the slope of a
-        Bayesian linear regression through the samples, per active feature in user units (0 for categorical ones),
-        and a message.
-
-        With no stencil the gradient's std is the surrogate's alone, from hyperparameters fitted to a few samples,
-        and it was confidently wrong when the samples were few per feature: the issue's toy black box (10 features)
-        at 10 and 12 calls had true slopes up to 16 and 9.8 stds away (40 of 40 inside two stds with this floor),
-        their errors along the directions the samples barely or never moved in. It does not see the box's
-        curvature: the slope at ``x`` against the box's average, which only a stencil reads. What the samples
-        :math:`\mathbf u_i` (box units, centred: :math:`\tilde U`) say about a slope is at best what a linear
-        regression through them says, with the residual scale :math:`\varepsilon` at which the surrogate itself
-        mispredicts a sample it has not seen (the root mean square of its leave-one-out residuals, standardised
-        outputs) and, along directions no sample moved in, a prior as wide as the typical seen slope:
-
-        .. math::
-
-            \Sigma = \bigl(\tilde U^\top\tilde U/\varepsilon^2 + I/\tau^2\bigr)^{-1}, \qquad
-            \tau^2 = \frac{\lVert (I - NN^\top)\,\hat{\mathbf g}\rVert^2}{r},
-
-        with :math:`N` an orthonormal basis of the null space of :math:`\tilde U` (rank :math:`r`) and
-        :math:`\hat{\mathbf g}` the surrogate's mean gradient (box units); ``gradient_std`` is at least
-        :math:`\sqrt{\Sigma_{jj}}`. Along a direction the samples spread :math:`s` box half-widths that is
-        :math:`\varepsilon/s`; along one they never moved in, :math:`\tau`."""
-        act = self.active
-        floor = np.zeros(act.size)
-        cpos = [p for p, j in enumerate(act) if j not in self.categorical_features]
-        if not cpos:
-            return floor, ""
-        U = _to_numpy(model.train_inputs[0])[:, cpos]
-        U = U - U.mean(0)
-        z = _to_numpy(model.train_targets)
-        eps = float(np.sqrt(np.mean((z - _to_numpy(loo_predictions(model))) ** 2)))
-        sv, vt = np.linalg.svd(U, full_matrices=True)[1:]
-        rank = int((sv > 1e-8 * max(float(sv.max(initial=0.0)), 1e-300) * max(U.shape)).sum())
-        N = vt[rank:].T
-        g = np.asarray(g_box, dtype=float)[cpos]
-        seen = g - N @ (N.T @ g)
-        tau2 = float(seen @ seen) / rank if rank else 1.0  # nothing seen: one output std per box half-width
-        if eps <= 0.0 or tau2 <= 0.0:  # exact fit with every direction seen, or no slope anywhere
-            cov = tau2 * (N @ N.T)
-        else:
-            cov = np.linalg.inv(U.T @ U / eps**2 + np.eye(len(cpos)) / tau2)
-        floor[cpos] = np.sqrt(np.clip(np.diag(cov), 0.0, None)) * ys / scale[cpos]
-        unseen = len(cpos) - rank
-        message = (
-            f"gradient: no stencil, so gradient_std is at least the slope std of a linear regression through the "
-            f"samples (residual scale {eps:.3g} output stds, the surrogate's leave-one-out error"
-            + (
-                f"; the samples move along {rank} of the {len(cpos)} continuous directions, and along the other "
-                f"{unseen} the slope is as uncertain as a typical seen one, {math.sqrt(tau2):.3g} output stds per box "
-                "half-width"
-                if unseen
-                else ""
-            )
-            + ")."
-        )
-        return floor, message
 
     def _forward_bias(self, model, ys: float, scale: np.ndarray, cont: list[int], g_mean: np.ndarray) -> np.ndarray:
         r"""An estimate of the forward difference's truncation error :math:`\tfrac{h_j}{2}|f''_{jj}|` (user units) per
@@ -430,7 +354,12 @@ class _ReadoutMixin:
         if self.stencil is not None:
             from_stencil[self._stencil_check(g_all, scale, g_mean, g_std, messages, amodel, ys)] = True
         else:
-            floor, note = self._regression_floor(amodel, _to_numpy(grad.mean[0]), ys, scale)
+            floor, note, regression = self._regression_floor(amodel, _to_numpy(grad.mean[0]), ys, scale)
+            g_act = g_std[act]
+            widened, check_note = self._regression_check(regression, floor, g_mean[act], g_act)
+            g_std[act] = g_act
+            if widened.any():
+                messages.append(check_note)
             binds = floor > g_std[act]
             if binds.any():  # said only where it widened a std
                 g_std[act] = np.maximum(g_std[act], floor)
@@ -453,9 +382,10 @@ class _ReadoutMixin:
         if self.stencil is None and self._stencil_off_reason is not None:
             messages.append(
                 f"stencil: off ({self._stencil_off_reason}), so no finite difference checks gradient_std (the "
-                "surrogate's, floored by a linear regression through the samples); where the black box curves within "
+                "surrogate's, floored by a linear regression through the samples and widened to reach its slope "
+                "where the samples show no curvature); where the black box curves within "
                 "the box it can be overconfident (6 smooth black boxes, 6 features, 50 calls, no stencil: the true "
-                "gradient inside two stds for 271 of 288 features, misses up to 38 stds); a budget that fits the "
+                "gradient inside two stds for 273 of 288 features, misses up to 38 stds); a budget that fits the "
                 "forward stencil adds that check."
             )
         lo, hi = x - self.interval * self.sigma, x + self.interval * self.sigma
