@@ -51,21 +51,21 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
-from botorch.utils.sampling import draw_sobol_samples
 
 from ._arguments import _as_bool, _as_count, _as_int, _as_real
 from .acquisition import ACQUISITIONS
 from .blackbox import BlackBox
 from .box import _BoxMixin
 from .link import check_link, to_link_scale
-from .proposals import _MAX_ENUMERATED_COMBOS, _RANDOM_COMBOS, _ProposalMixin
+from .proposals import _ProposalMixin
 from .readout import _ReadoutMixin, _relevance_of
 from .result import LocalExplanation
-from .stencil import choose_stencil, stencil_rows
+from .stencil import choose_stencil, completion_message
 from .surrogate import (
     DEFAULT_PRIOR_SCALE,
     fit_surrogate,
     make_surrogate,
+    standardise,
 )
 from .tabular import as_training_array
 
@@ -79,24 +79,6 @@ RELEVANCE_PRIORS = ("saas", "lognormal")
 #: the forward stencil is completed (``stencil_completion``) only when the acquisition has at least this many calls
 #: per stenciled feature: with fewer, the calls taken from it cost the surrogate more than the central differences give
 _COMPLETION_MIN_FREE = 0.5
-
-
-def _standardise(y: np.ndarray) -> tuple[float, float, np.ndarray]:
-    """``(mean, std, (y - mean) / std)`` of the outputs, computed on ``y / max|y|`` so that outputs near 1e±160
-    neither overflow nor underflow; ``std`` is 1 when it is below ``1e-12 |mean|`` (a constant black box; relative,
-    so that outputs ~1e-15 are not taken as constant)."""
-    amax = float(np.abs(y).max())
-    if 1e-150 < amax < 1e150:  # the plain formulas (to the bit as before)
-        ym, ys = float(y.mean()), float(y.std())
-        ys = ys if ys > 1e-12 * abs(ym) else 1.0
-        return ym, ys, (y - ym) / ys
-    if amax == 0.0:
-        return 0.0, 1.0, np.zeros_like(y)
-    u = y / amax
-    um, us = float(u.mean()), float(u.std())
-    if not us > 1e-12 * abs(um):
-        return um * amax, 1.0, (u - um) * amax
-    return um * amax, us * amax, (u - um) / us
 
 
 def _tagged(tag: str, model, **kwargs) -> list[str]:
@@ -508,30 +490,12 @@ class LocalGPExplainer(_BoxMixin, _ProposalMixin, _ReadoutMixin):
         bounds = torch.stack([lower, upper])
         u0 = torch.zeros(d, dtype=_DT)
 
-        # 1. x and the initial Sobol design, one call
-        U_init = draw_sobol_samples(
-            bounds=torch.stack([-torch.ones(d), torch.ones(d)]).to(_DT),
-            n=self.n_initial,
-            q=1,
-            seed=int(rng.randint(0, 2**31 - 1)),
-        ).squeeze(-2)
-        X_init = self._to_user(U_init, x, scale)
-        for c in self.categorical_features:
-            if c in act:
-                X_init[:, c] = rng.choice(self.categorical_values[c], size=self.n_initial)
+        # 1. x, the stencil and the initial Sobol design, one call
+        X_init = self._initial_design(x, scale, cat_pos, d, rng)
         self._replaced: list[int] = []
         self._backward: dict[int, int] = {}  # feature -> row of x - h e_j (the forward stencil, completed)
         completed = self._completion_calls == 0
         self._exhausted: list[int] = []
-        if cat_pos and len(cat_pos) == d:  # only categorical features vary: no row of the design repeats another
-            X_init = self._distinct_initial_rows(x, X_init, cat_pos, scale, rng)
-        if self.stencil is not None:  # difference points x ± δ e_i or x + δ e_i (box units), continuous features
-            cont = [p for p in range(d) if p not in cat_pos]
-            U_st = stencil_rows(self.stencil, self.stencil_kind, d, cont, dtype=_DT)
-            X_st = self._to_user(U_st, x, scale)
-            # a finite difference moves one continuous feature: the categories stay x's own (seen or not)
-            X_st[:, self.categorical_features] = x[self.categorical_features]
-            X_init = np.vstack([X_st, X_init])
         y_all = self.black_box(np.vstack([x[None, :], X_init]))
         X_all = self.black_box.last_input  # the rows as the black box received them (e.g. rounded to float32)
         self._rows_received = X_all  # the stencil's differences divide by the steps received
@@ -547,7 +511,7 @@ class LocalGPExplainer(_BoxMixin, _ProposalMixin, _ReadoutMixin):
             bar = tqdm(total=self.budget, initial=len(y_all), desc="black-box calls")
         while True:
             g_all, _ = to_link_scale(self.link, y_all)  # the surrogates' scale (see ``link``)
-            ym, ys, z = _standardise(g_all)
+            ym, ys, z = standardise(g_all)
             model = make_surrogate(
                 self._to_u(X_all, x, scale),
                 torch.as_tensor(z, dtype=_DT),
@@ -610,39 +574,10 @@ class LocalGPExplainer(_BoxMixin, _ProposalMixin, _ReadoutMixin):
                 bar.update(len(y_new))
         if bar is not None:
             bar.close()
-        all_cat = bool(cat_pos) and len(cat_pos) == d
         if self._backward:
-            names = [self.feature_names[j] for j in self._backward]
-            messages.append(
-                f"stencil completion: {len(names)} call(s) at x - δ·rσ e_j made the forward difference central for "
-                f"{', '.join(names[:5])}{', ...' if len(names) > 5 else ''} "
-                + (
-                    "(every stenciled feature)"
-                    if len(names) == len([j for j in act if j not in self.categorical_features])
-                    else "(too few calls for every stenciled feature: those where the forward difference's truncation "
-                    "estimate or its gap to the surrogate's slope exceeded that slope's std)"
-                )
-            )
-        if self._replaced:
-            at = ", ".join(map(str, self._replaced[:10])) + (", ..." if len(self._replaced) > 10 else "")
-            messages.append(
-                f"acquisition: '{self.acquisition}' proposed a point already sampled {len(self._replaced)} time(s) "
-                f"(at n = {at}); the {'unsampled combination' if all_cat else 'point'} of maximum posterior std "
-                "was taken instead, since a repeated call adds nothing for a deterministic black box"
-            )
-        if self._exhausted:
-            at = ", ".join(map(str, self._exhausted[:10])) + (", ..." if len(self._exhausted) > 10 else "")
-            n_combos = np.prod([self.categorical_values[c].size for c in cat_pos.values()], dtype=float)
-            why = (
-                f"all {int(n_combos)} combinations of their seen values had been sampled"
-                if n_combos <= _MAX_ENUMERATED_COMBOS
-                else f"none of {_RANDOM_COMBOS} random combinations of their seen values was unsampled"
-            )
-            messages.append(
-                f"repeated rows: only categorical features are perturbed and {why}, so {len(self._exhausted)} "
-                f"row(s) repeat a sampled one (at n = {at}), which adds nothing for a deterministic black box; a "
-                "budget above the number of distinct rows is wasted"
-            )
+            every = len(self._backward) == len([j for j in act if j not in self.categorical_features])
+            messages.append(completion_message([self.feature_names[j] for j in self._backward], every))
+        messages += self._proposal_messages(cat_pos, d)
         g_all, notes = to_link_scale(self.link, y_all)
         messages += notes
         return self._result(model, x, X_all, y_all, g_all, ym, ys, scale, baseline, messages, stopped, rng)

@@ -1,6 +1,7 @@
-r"""How :class:`~gpytorch_explain.local.LocalGPExplainer` chooses its next samples: the acquisition's maximiser
-(BoTorch's ``optimize_acqf``, or ``optimize_acqf_mixed`` with categorical features), greedy batches with fantasised
-observations, categorical coordinates at seen values, and the replacement of proposals that repeat a sample.
+r"""How :class:`~gpytorch_explain.local.LocalGPExplainer` chooses its samples: the initial design, the
+acquisition's maximiser (BoTorch's ``optimize_acqf``, or ``optimize_acqf_mixed`` with categorical features), greedy
+batches with fantasised observations, categorical coordinates at seen values, and the replacement of proposals that
+repeat a sample.
 
 A deterministic black box called twice on one row adds no information, and repeated rows leave the attribution
 surrogate with fewer distinct points than features; so a proposal within ``_DUPLICATE_TOL`` (max-norm, box units)
@@ -14,9 +15,11 @@ import warnings
 import numpy as np
 import torch
 from botorch.optim import optimize_acqf, optimize_acqf_mixed
+from botorch.utils.sampling import draw_sobol_samples
 from gpytorch.utils.warnings import NumericalWarning
 
 from .acquisition import make_acquisition
+from .stencil import stencil_rows
 
 _DT = torch.float64
 #: a proposed point this close (max-norm, box units) to a sample already taken counts as a repeat
@@ -43,6 +46,31 @@ class _ProposalMixin:
     """The sampling half of :class:`~gpytorch_explain.local.LocalGPExplainer` (its attributes: ``acquisition``,
     ``jitter``, ``exploration_weight``, ``num_mc_points``, ``num_restarts``, ``raw_samples``,
     ``num_categorical_candidates``, ``categorical_values``, and the ``_to_u``/``_to_user`` box transforms)."""
+
+    def _initial_design(self, x: np.ndarray, scale: np.ndarray, cat_pos: dict[int, int], d: int, rng) -> np.ndarray:
+        """The rows of the first call after ``x`` (user units): the stencil's (if any), then ``n_initial``
+        scrambled-Sobol points of the box with categorical features drawn from their seen values (distinct rows
+        when only categorical features vary)."""
+        U_init = draw_sobol_samples(
+            bounds=torch.stack([-torch.ones(d), torch.ones(d)]).to(_DT),
+            n=self.n_initial,
+            q=1,
+            seed=int(rng.randint(0, 2**31 - 1)),
+        ).squeeze(-2)
+        X_init = self._to_user(U_init, x, scale)
+        for c in self.categorical_features:
+            if c in self.active:
+                X_init[:, c] = rng.choice(self.categorical_values[c], size=self.n_initial)
+        if cat_pos and len(cat_pos) == d:  # only categorical features vary: no row of the design repeats another
+            X_init = self._distinct_initial_rows(x, X_init, cat_pos, scale, rng)
+        if self.stencil is not None:  # difference points x ± δ e_i or x + δ e_i (box units), continuous features
+            cont = [p for p in range(d) if p not in cat_pos]
+            U_st = stencil_rows(self.stencil, self.stencil_kind, d, cont, dtype=_DT)
+            X_st = self._to_user(U_st, x, scale)
+            # a finite difference moves one continuous feature: the categories stay x's own (seen or not)
+            X_st[:, self.categorical_features] = x[self.categorical_features]
+            X_init = np.vstack([X_st, X_init])
+        return X_init
 
     def _propose(self, model, u0, bounds, q, cat_pos, x, scale, rng) -> torch.Tensor:
         """``q`` new points in box units, chosen greedily (fantasies with the posterior mean in between).
@@ -194,3 +222,31 @@ class _ProposalMixin:
             if c not in unique:
                 unique.append(c)
         return unique
+
+    def _proposal_messages(self, cat_pos: dict[int, int], d: int) -> list[str]:
+        """``result.warnings``' lines for the proposals replaced because they repeated a sample (``self._replaced``)
+        and the rows that had to repeat one (``self._exhausted``: every combination of an all-categorical space
+        sampled)."""
+        messages = []
+        all_cat = bool(cat_pos) and len(cat_pos) == d
+        if self._replaced:
+            at = ", ".join(map(str, self._replaced[:10])) + (", ..." if len(self._replaced) > 10 else "")
+            messages.append(
+                f"acquisition: '{self.acquisition}' proposed a point already sampled {len(self._replaced)} time(s) "
+                f"(at n = {at}); the {'unsampled combination' if all_cat else 'point'} of maximum posterior std "
+                "was taken instead, since a repeated call adds nothing for a deterministic black box"
+            )
+        if self._exhausted:
+            at = ", ".join(map(str, self._exhausted[:10])) + (", ..." if len(self._exhausted) > 10 else "")
+            n_combos = np.prod([self.categorical_values[c].size for c in cat_pos.values()], dtype=float)
+            why = (
+                f"all {int(n_combos)} combinations of their seen values had been sampled"
+                if n_combos <= _MAX_ENUMERATED_COMBOS
+                else f"none of {_RANDOM_COMBOS} random combinations of their seen values was unsampled"
+            )
+            messages.append(
+                f"repeated rows: only categorical features are perturbed and {why}, so {len(self._exhausted)} "
+                f"row(s) repeat a sampled one (at n = {at}), which adds nothing for a deterministic black box; a "
+                "budget above the number of distinct rows is wasted"
+            )
+        return messages

@@ -121,3 +121,18 @@ def stencil_differences(y: np.ndarray, kind: str, h: np.ndarray) -> np.ndarray:
     if kind == "forward":
         return (y[1 : 1 + k] - y[0]) / h
     return (y[1 : 1 + 2 * k : 2] - y[2 : 2 + 2 * k : 2]) / (2.0 * h)
+
+
+def completion_message(names: Sequence[str], every: bool) -> str:
+    r"""``result.warnings``' line for the forward stencil completed at :math:`\mathbf x - \delta r\sigma_j\mathbf e_j`
+    for the features ``names`` (``every``: all stenciled features; else the calls sufficed for only these)."""
+    return (
+        f"stencil completion: {len(names)} call(s) at x - δ·rσ e_j made the forward difference central for "
+        f"{', '.join(names[:5])}{', ...' if len(names) > 5 else ''} "
+        + (
+            "(every stenciled feature)"
+            if every
+            else "(too few calls for every stenciled feature: those where the forward difference's truncation "
+            "estimate or its gap to the surrogate's slope exceeded that slope's std)"
+        )
+    )

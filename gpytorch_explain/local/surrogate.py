@@ -70,6 +70,24 @@ TREND_NOISE_FLOOR = 1e-6
 TREND_NOISE_PRIOR = (-9.0, 3.0)
 
 
+def standardise(y: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """``(mean, std, (y - mean) / std)`` of the outputs, computed on ``y / max|y|`` so that outputs near 1e±160
+    neither overflow nor underflow; ``std`` is 1 when it is below ``1e-12 |mean|`` (a constant black box; relative,
+    so that outputs ~1e-15 are not taken as constant)."""
+    amax = float(np.abs(y).max())
+    if 1e-150 < amax < 1e150:  # the plain formulas (to the bit as before)
+        ym, ys = float(y.mean()), float(y.std())
+        ys = ys if ys > 1e-12 * abs(ym) else 1.0
+        return ym, ys, (y - ym) / ys
+    if amax == 0.0:
+        return 0.0, 1.0, np.zeros_like(y)
+    u = y / amax
+    um, us = float(u.mean()), float(u.std())
+    if not us > 1e-12 * abs(um):
+        return um * amax, 1.0, (u - um) * amax
+    return um * amax, us * amax, (u - um) / us
+
+
 def make_surrogate(
     U: Tensor, y: Tensor, state: dict | None = None, prior_scale: float = DEFAULT_PRIOR_SCALE
 ) -> SingleTaskGP:
