@@ -20,6 +20,7 @@ from gpytorch.utils.warnings import NumericalWarning
 
 from ..attribution import PosteriorGradient, PosteriorIntegratedGradients
 from .floors import _FloorMixin
+from .identifiability import confounded_features
 from .link import (
     IG_COMPLETENESS_TOL,
     link_hint,
@@ -461,6 +462,32 @@ class _ReadoutMixin(_FloorMixin):
                 f"unmoved: no sample moved {len(names)} perturbed feature(s) away from x ({', '.join(names[:5])}"
                 f"{', ...' if len(names) > 5 else ''}), so their relevance, gradient and integrated gradient are the "
                 "surrogate's prior, not a reading of the black box; a larger budget moves them."
+            )
+        informative, ties = confounded_features(
+            _to_numpy(model.train_inputs[0]), _to_numpy(model.train_targets), rel_mean
+        )
+        if ties:
+            j, tied = next(iter(ties.items()))
+            names = [self.feature_names[int(act[k])] for k in tied]
+            messages.append(
+                f"relevance: {informative.size} of {len(y_all)} samples hold 90 % of the output's variation, and on "
+                f"them {self.feature_names[int(act[j])]} (relevance {rel_mean[j]:.2f}) takes the same values as "
+                f"{', '.join(names[:5])}{', ...' if len(names) > 5 else ''} (within 0.25 box half-widths, or "
+                "mirrored): the samples cannot tell these features apart, so which of them gets the relevance is "
+                "arbitrary"
+                + (f" ({len(ties) - 1} more such tie(s) among the top features)" if len(ties) > 1 else "")
+                + ". A larger budget gives more samples where the output changes"
+                + (
+                    "; the gradient, pinned by the stencil's differences at x, does not rest on those samples"
+                    if self.stencil is not None
+                    else ""
+                )
+                + (
+                    ". For a smooth classifier's probability, link='logit' (PRESETS['smooth_classifier']) spreads "
+                    "the variation over the samples."
+                    if self.link == "identity" and self._returns_probability
+                    else "."
+                )
             )
         relevance = np.zeros(D)
         relevance[act] = rel_mean
