@@ -304,6 +304,9 @@ _ABBREV = {
     "stencil_completion=": "sc=",
     # made while stencil_completion chose the features by doubt even when the calls sufficed for all (2026-11-29)
     "completion_pick=doubt": "doubt-pick",
+    # made before the surrogates' fits used the dense objective (2026-11-30: equal to round-off per evaluation, but
+    # fits and BO paths can part at round-off, so individual explanations differ)
+    "pre_dense=True": "pre-dense",
 }
 
 
@@ -484,6 +487,7 @@ _OLD_RECORDS = (
     "trend_start=warm",
     "stencil_mean=surrogate",
     "completion_pick=doubt",
+    "pre_dense",
 )
 
 

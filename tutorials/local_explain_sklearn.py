@@ -172,7 +172,7 @@ for label in relevances:
 # At 50 calls, on this model's first three test rows (5 seeds each), the tree setting's relevance had an
 # inconsistency of 0.056, 0.049 and 0.043 against the defaults' 0.161, 0.093 and 0.046, and its gradient 0.065,
 # 0.086 and 0.052 against 0.148, 0.240 and 0.047. On Boston housing with an `ExtraTreesRegressor` (20 instances ×
-# 10 seeds; `benchmarks/local_vs_lime.py`) its relevance scored 0.029 against 0.104 for the defaults and 0.071 for
+# 10 seeds; `benchmarks/local_vs_lime.py`) its relevance scored 0.032 against 0.079 for the defaults and 0.071 for
 # LIME at 50 samples. With very few calls the comparison can turn: at 20 calls (the tutorial's small mode) the
 # defaults spend 10 of them on the forward stencil next to x, rows that do not depend on the seed, and their
 # relevance can come out steadier than the tree setting's. The defaults are tuned for smooth models, where the

@@ -3,8 +3,9 @@
 ``LocalGPExplainer._regression_floor``: with the samples' centred continuous coordinates :math:`\\tilde U` (box
 units), the surrogate's leave-one-out residual scale :math:`\\varepsilon` and a prior as wide as the typical seen slope
 (:math:`\\tau^2 = \\lVert P\\hat g\\rVert^2 / r`, :math:`P` the projection on the row space of :math:`\\tilde U`, of
-rank :math:`r`), the floor is :math:`\\sqrt{\\Sigma_{jj}}` with
-:math:`\\Sigma = (\\tilde U^\\top\\tilde U/\\varepsilon^2 + I/\\tau^2)^{-1}`. Checked against Gaussian conditioning in
+rank :math:`r`), the floor is :math:`w_\\nu\\sqrt{\\Sigma_{jj}}` with
+:math:`\\Sigma = (\\tilde U^\\top\\tilde U/\\varepsilon^2 + I/\\tau^2)^{-1}` and the Student-t widening
+:math:`w_\\nu = t_{0.975,\\nu}/z_{0.975}`, :math:`\\nu = \\max(n - 1 - r, 1)`. Checked against Gaussian conditioning in
 its other (Woodbury) form, and end to end on the issue's toy black box at budgets that leave the gradient
 underdetermined, where the surrogate alone was confidently wrong (30 of 40 true slopes within two stds, misses up to
 16 stds).
@@ -15,12 +16,14 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 
 from gpytorch_explain.local import LocalGPExplainer, floors
 
 
 def _reference(U, z, loo, g_box, ys, scale, cont):
-    """The floor by Gaussian conditioning: prior g ~ N(0, tau^2 I), observations U g + N(0, eps^2 I)."""
+    """The floor by Gaussian conditioning: prior g ~ N(0, tau^2 I), observations U g + N(0, eps^2 I), widened to a
+    Student t's 95 % interval for the residual degrees of freedom."""
     Uc = U[:, cont] - U[:, cont].mean(0)
     eps2 = np.mean((z - loo) ** 2)
     P = np.linalg.pinv(Uc) @ Uc  # projection onto the row space
@@ -29,8 +32,11 @@ def _reference(U, z, loo, g_box, ys, scale, cont):
     tau2 = float(g @ P @ g) / r
     K = tau2 * Uc @ Uc.T + eps2 * np.eye(len(Uc))
     cov = tau2 * np.eye(len(cont)) - tau2**2 * Uc.T @ np.linalg.solve(K, Uc)
+    # eps is estimated from n - 1 - r residual degrees of freedom (at least 1): two floors cover a Student t's 95 %
+    dof = max(len(Uc) - 1 - r, 1)
+    widen = stats.t.ppf(0.975, dof) / stats.norm.ppf(0.975)
     out = np.zeros(U.shape[1])
-    out[cont] = np.sqrt(np.diag(cov)) * ys / scale[cont]
+    out[cont] = widen * np.sqrt(np.diag(cov)) * ys / scale[cont]
     return out, r
 
 
@@ -77,7 +83,9 @@ def _toy():
 @pytest.mark.parametrize("budget", [10, 12])
 def test_underdetermined_gradients_are_not_confidently_wrong(budget):
     # the issue's toy (10 features, 5 without effect) at 10-12 calls: no stencil fits, and before the floor the
-    # true slopes of 10 of these 40 features lay outside two stds (up to 16 stds at budget 10, 9.8 at 12)
+    # true slopes of 10 of these 40 features lay outside two stds (up to 16 stds at budget 10, 9.8 at 12); before the
+    # Student-t widening a surrogate linear to round-off (one residual degree of freedom at 12 calls) left 4 slopes
+    # outside, up to 5.9 floors
     f, grad, X = _toy()
     inside = total = 0
     worst = 0.0

@@ -118,22 +118,29 @@ def _wiggly_case():
 
 def test_fixed_attribution_noise_interpolates_and_is_honest_about_the_unresolved_part():
     f, data, x, grad = _wiggly_case()
-    # reads the relevance: the SAAS fit's, as before NO_RELEVANCE (still without the bootstrap refits)
-    kw = dict(acquisition="variance", budget=50, seed=3, stencil=None, relevance_prior="saas")
+    # reads the relevance: the SAAS fit's, as before NO_RELEVANCE (still without the bootstrap refits). The stencil
+    # ("auto": central differences for these 6 features at 50 calls) is on: without it the slope at x of a weak
+    # oscillating interaction is not identified by samples spread over the box, and single seeds missed x3's slope
+    # (0.035, from the interaction alone) by 10-19 stds with either noise (docs/local_notes.md, "A remaining
+    # confident miss"); the test once ran with stencil=None at this seed, and the dense fitting objective
+    # (round-off) moved its BO path onto such a miss.
+    kw = dict(acquisition="variance", budget=50, seed=3, relevance_prior="saas")
     learned = LocalGPExplainer(f, data, **kw).explain(x)
     fixed = LocalGPExplainer(f, data, attribution_noise=1e-6, **kw).explain(x)
     # the same samples: the noise only changes the attribution surrogate, not the BO path
     np.testing.assert_array_equal(learned.x_samples, fixed.x_samples)
     np.testing.assert_array_equal(learned.relevance, fixed.relevance)
-    # with the noise fixed at 1e-6 the surrogate interpolates its samples and the slope of x0 is inside 2 stds
-    z_fixed = (fixed.gradient_mean[0] - grad[0]) / fixed.gradient_std[0]
-    assert abs(z_fixed) < 2.0, z_fixed
+    # with the noise fixed at 1e-6 the surrogate interpolates its samples and every slope is inside 2 stds
+    z_fixed = (fixed.gradient_mean - grad) / fixed.gradient_std
+    assert np.abs(z_fixed).max() < 2.0, z_fixed
     mean, std = fixed.predict(fixed.x_samples)
     assert np.abs(mean - fixed.y_samples).max() < 1e-2 * fixed.y_samples.std()
     # the learned noise (broad prior down to 1e-6) does the same on this smooth black box; under BoTorch's default
     # noise prior (LogNormal(-4, 1) above 1e-4) the interaction was averaged away and x0's slope was 4+ stds off
-    z_learned = (learned.gradient_mean[0] - grad[0]) / learned.gradient_std[0]
-    assert abs(z_learned) < 2.0, z_learned
+    z_learned = (learned.gradient_mean - grad) / learned.gradient_std
+    assert np.abs(z_learned).max() < 2.0, z_learned
+    mean, std = learned.predict(learned.x_samples)
+    assert np.abs(mean - learned.y_samples).max() < 1e-2 * learned.y_samples.std()
 
 
 def test_learned_trend_noise_falls_on_a_smooth_box_and_stays_on_steps():
