@@ -232,6 +232,8 @@ def run(args, store: dict, path: str = STORE) -> None:
         setting_base["attribution_noise"] = args.attribution_noise
     if args.relevance_bootstrap:  # absent: 0, a single fit (every record made before the option existed)
         setting_base["relevance_bootstrap"] = args.relevance_bootstrap
+    if args.relevance_noise is not None:  # absent: learned (every record made before the option existed)
+        setting_base["relevance_noise"] = args.relevance_noise
     if args.stencil != "auto":
         setting_base["stencil"] = None if args.stencil == "none" else float(args.stencil)
     if args.stencil_completion is not None:
@@ -296,6 +298,7 @@ _ABBREV = {
     "pre_cache=True": "pre-cache",
     "relevance_prior=": "rel=",
     "relevance_bootstrap=": "bag=",
+    "relevance_noise=": "rn=",
     # made before the trend surrogate was fitted from two starts (2026-11-28): only the gradient and LOO R2 differ
     "trend_start=warm": "warm-trend",  # made before the explainer replaced repeated proposals (lcb/ei/pi repeat points)
     # made with a stencil before gradient_mean took the stencil's difference where the surrogate's slope contradicts
@@ -552,6 +555,12 @@ def main(argv=None) -> None:
         type=float,
         default=None,
         help="LocalGPExplainer(attribution_noise=...), e.g. 1e-6 to interpolate (default: learned)",
+    )
+    p.add_argument(
+        "--relevance-noise",
+        type=float,
+        default=None,
+        help="LocalGPExplainer(relevance_noise=...): the SAAS relevance surrogate's fixed noise (default: learned)",
     )
     p.add_argument("--lime-large", type=int, default=5000)
     p.add_argument("--shap-samples", type=int, default=2048)

@@ -240,7 +240,7 @@ clf_result = LocalGPExplainer(
     budget=BUDGET,
     seed=0,
     feature_names=cancer.feature_names[:10],
-    **PRESETS["smooth_classifier"],  # link="logit", attribution_noise=1e-6
+    **PRESETS["smooth_classifier"],  # link="logit", interpolating surrogates, one relevance fit
 ).explain(xc)
 h = 1e-4 * Xc_train.std(0)
 step = np.diag(h)  # row j moves feature j by h_j

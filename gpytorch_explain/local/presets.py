@@ -13,9 +13,11 @@ r"""Named settings of :class:`~gpytorch_explain.local.LocalGPExplainer` for kind
   tree-ensemble classifier use it on ``from_sklearn_classifier(model, k)``, without the link.
 * ``"smooth_classifier"``, for the class probability of a smooth classifier (kernel machines, logistic models,
   neural nets) from :func:`~gpytorch_explain.local.from_sklearn_classifier`: the surrogates model its logit
-  (``link="logit"``) and the attribution surrogate interpolates (``attribution_noise=1e-6``). On breast cancer /
-  SVC at 50 calls the gradient's inconsistency was 0.0134, against 0.173 for continuous LIME at 50 samples and
-  0.0167 at 5,000.
+  (``link="logit"``), the attribution surrogate interpolates (``attribution_noise=1e-6``) and so does the single
+  fit behind the relevance (``relevance_noise=1e-6, relevance_bootstrap=0``). On breast cancer / SVC at 50 calls
+  the gradient's inconsistency was 0.0134, against 0.173 for continuous LIME at 50 samples and 0.0167 at 5,000;
+  1/ℓ's was 0.119 (0.143 with a learned noise and 8 bootstrap refits), against 0.234 for LIME with its defaults
+  at 50 samples and 0.0547 at 5,000.
 
 Smooth regressors (neural nets, kernel machines, GPs) need none: the defaults are chosen for them.
 
@@ -49,6 +51,8 @@ PRESETS: MappingProxyType[str, MappingProxyType[str, Any]] = MappingProxyType(
                 stencil=None,
             )
         ),
-        "smooth_classifier": MappingProxyType(dict(link="logit", attribution_noise=1e-6)),
+        "smooth_classifier": MappingProxyType(
+            dict(link="logit", attribution_noise=1e-6, relevance_noise=1e-6, relevance_bootstrap=0)
+        ),
     }
 )

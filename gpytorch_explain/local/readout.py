@@ -100,7 +100,7 @@ class _ReadoutMixin(_FloorMixin):
         std 0)."""
         if self.relevance_prior == "lognormal":
             return self._bagged(model, _to_numpy(model.covar_module.lengthscale.reshape(-1)), messages, rng)
-        rmodel = make_relevance_surrogate(model)
+        rmodel = make_relevance_surrogate(model, noise=self.relevance_noise)
         fit_messages = fit_surrogate(
             rmodel, maxiter=self.final_maxiter, watch=_relevance_of, watch_label="normalised relevances"
         )

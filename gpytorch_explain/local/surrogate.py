@@ -230,7 +230,7 @@ def fit_trend_surrogate(
     return warm, warm_messages
 
 
-def make_relevance_surrogate(model: SingleTaskGP) -> SingleTaskGP:
+def make_relevance_surrogate(model: SingleTaskGP, noise: float | None = None) -> SingleTaskGP:
     r"""A surrogate for the relevance :math:`1/\ell_i` only: ``model``'s samples under an ARD RBF with a SAAS prior.
 
     The log-normal prior of :func:`make_surrogate` has its mode at a finite lengthscale, so a feature without
@@ -247,7 +247,11 @@ def make_relevance_surrogate(model: SingleTaskGP) -> SingleTaskGP:
     to the lengthscale's upper bound (:math:`10^4` box half-widths), relevance :math:`\approx 0`, while the
     features with an effect are set by the likelihood. :math:`\tau` is fitted, the lengthscales start at 1 (not
     warm-started, so that the shrinkage is not steered by ``model``'s prior) and the noise is warm-started from
-    ``model``. The acquisitions keep ``model`` (its prior is what keeps the BO path stable at a few samples).
+    ``model`` and learned (BoTorch's noise prior, lower bound 1e-4). ``noise`` (a variance, in the units of the
+    standardised targets) fixes it instead, e.g. ``1e-6`` to make the fit interpolate: then every sample, the
+    stencil's next to ``x`` included, must be explained by the lengthscales rather than by noise (see
+    ``LocalGPExplainer(relevance_noise=...)``). The acquisitions keep ``model`` (its prior is what keeps the BO path
+    stable at a few samples).
 
     Example:
         >>> import torch
@@ -266,7 +270,13 @@ def make_relevance_surrogate(model: SingleTaskGP) -> SingleTaskGP:
         out = SingleTaskGP(
             U, y.unsqueeze(-1), covar_module=ScaleKernel(rbf).to(U), outcome_transform=None, input_transform=None
         )
-    out.likelihood.noise = model.likelihood.noise.detach().clamp_min(2e-4)
+    noise_covar = out.likelihood.noise_covar
+    if noise is None:
+        noise_covar.noise = model.likelihood.noise.detach().clamp_min(2e-4)
+    else:
+        noise_covar.register_constraint("raw_noise", GreaterThan(0.0, transform=None))
+        noise_covar.noise = torch.full_like(noise_covar.raw_noise, float(noise))
+        noise_covar.raw_noise.requires_grad_(False)
     return out
 
 
