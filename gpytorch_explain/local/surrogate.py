@@ -395,7 +395,11 @@ def fit_surrogate(
         warm-started fits often crawl along flat lengthscale directions after the objective has settled). If the
         continuation improves the objective by at most :data:`CONVERGED_IMPROVEMENT` per sample, the fit had
         converged in value and the first fit's hyperparameters are kept, without a message; otherwise the
-        continued fit is kept, and reported with its numbers if it reached the limit again.
+        continued fit is kept, and reported with its numbers if it reached the limit again. A final fit whose line
+        search stops without a decrease (L-BFGS-B's "ABNORMAL") is continued once the same way: if that gains at
+        most :data:`CONVERGED_IMPROVEMENT` per sample, it is kept without a message (an interpolating fit stops so
+        at its optimum, where the objective is flat to round-off); otherwise the continued fit is kept, with its
+        messages.
     :param watch: optional map from the model to the quantity the caller reports from it (e.g. the normalised
         relevances); a fit reported as not converged then also says how far that quantity moved (max-abs) over the
         continuation, so that the reader can judge whether the missing convergence matters for the result.
@@ -403,6 +407,8 @@ def fit_surrogate(
     :param watch_label: how the message names ``watch``'s quantity.
     """
     messages, status, fval = _fit_once(model, maxiter)
+    if final and status is OptimizationStatus.FAILURE and any(_LINE_SEARCH_STOP in m for m in messages):
+        return _confirm_line_search_stop(model, maxiter, messages, fval)
     if status is not OptimizationStatus.STOPPED:
         return messages
     others = [m for m in messages if "STOPPED" not in m]
@@ -427,6 +433,27 @@ def fit_surrogate(
             f"improve{moved}; raise final_maxiter or check the black box's outputs."
         )
     return others
+
+
+#: how scipy's L-BFGS-B says its line search found no decrease (BoTorch reports it as a FAILURE status)
+_LINE_SEARCH_STOP = "ABNORMAL"
+
+
+def _confirm_line_search_stop(model: SingleTaskGP, maxiter: int, messages: list[str], fval: float) -> list[str]:
+    """A final fit whose line search found no decrease (L-BFGS-B's "ABNORMAL") is continued once with fresh memory.
+
+    With a near-interpolating surrogate (tiny noise, samples 0.1 box half-widths apart) the objective is flat to
+    round-off at its optimum and the line search stops there: continuing then gains nothing, the first fit is kept
+    and the stop is not reported (it is not a failure of the fit). If the continuation gains more than
+    :data:`CONVERGED_IMPROVEMENT` per sample, the first fit had not converged: the continued fit is kept, with its
+    own messages."""
+    others = [m for m in messages if _LINE_SEARCH_STOP not in m]
+    settled = {k: v.clone() for k, v in model.state_dict().items()}
+    more, _, fval2 = _fit_once(model, maxiter)
+    if fval - fval2 <= CONVERGED_IMPROVEMENT:
+        model.load_state_dict(settled)
+        return others
+    return others + more
 
 
 def _watched(model: SingleTaskGP, watch: Callable[[SingleTaskGP], Tensor] | None) -> Tensor | None:

@@ -100,3 +100,78 @@ def test_explainer_on_a_smooth_black_box_has_no_fit_warnings(acquisition):
     f = lambda X: 2.0 * X[:, 0] - np.sin(X[:, 1]) + 0.5 * X[:, 2] ** 2  # noqa: E731
     result = LocalGPExplainer(f, data, acquisition=acquisition, budget=20, seed=0, raw_samples=16).explain(data[0])
     assert not [w for w in result.warnings if "surrogate fit" in w], result.warnings
+
+
+def _script_messages(monkeypatch, outcomes):
+    """Like ``_script`` with each outcome's messages given: (status, fval, messages)."""
+    calls = []
+
+    def fake(model, maxiter):
+        status, fval, msgs = outcomes[len(calls)]
+        calls.append(maxiter)
+        with torch.no_grad():
+            model.likelihood.noise_covar.raw_noise.add_(1.0)
+        return list(msgs), status, fval
+
+    monkeypatch.setattr(S, "_fit_once", fake)
+    return calls
+
+
+ABNORMAL = [
+    "surrogate fit (n=15): FAILURE: ABNORMAL: ",
+    "surrogate fit (n=15): OptimizationWarning: `scipy_minimize` terminated with status "
+    "OptimizationStatus.FAILURE, displaying original message from `scipy.optimize.minimize`: ABNORMAL: ",
+]
+
+
+def test_final_fit_stopped_by_its_line_search_at_the_optimum_is_kept_silently(monkeypatch):
+    model = _model()
+    start = _raw_noise(model)
+    other = "surrogate fit (n=15): UserWarning: something else"
+    calls = _script_messages(
+        monkeypatch,
+        [(OptimizationStatus.FAILURE, 1.0, ABNORMAL + [other]), (OptimizationStatus.FAILURE, 1.0 - 0.5e-6, ABNORMAL)],
+    )
+    assert S.fit_surrogate(model, maxiter=5) == [other]  # the line-search stop is dropped, other warnings stay
+    assert calls == [5, 5] and _raw_noise(model) == start + 1.0  # the continuation is undone
+
+
+def test_final_fit_stopped_by_its_line_search_before_the_optimum_keeps_the_continuation(monkeypatch):
+    model = _model()
+    start = _raw_noise(model)
+    _script_messages(monkeypatch, [(OptimizationStatus.FAILURE, 1.0, ABNORMAL), (OptimizationStatus.SUCCESS, 0.8, [])])
+    assert S.fit_surrogate(model, maxiter=5) == []
+    assert _raw_noise(model) == start + 2.0
+    model = _model()
+    _script_messages(
+        monkeypatch, [(OptimizationStatus.FAILURE, 1.0, ABNORMAL), (OptimizationStatus.FAILURE, 0.8, ABNORMAL[:1])]
+    )
+    assert S.fit_surrogate(model, maxiter=5) == ABNORMAL[:1]  # still stopping short: reported
+
+
+def test_intermediate_fit_and_other_failures_are_not_continued(monkeypatch):
+    model = _model()
+    calls = _script_messages(monkeypatch, [(OptimizationStatus.FAILURE, 1.0, ABNORMAL)])
+    assert S.fit_surrogate(model, maxiter=5, final=False) == ABNORMAL and calls == [5]
+    model = _model()
+    calls = _script_messages(monkeypatch, [(OptimizationStatus.FAILURE, 1.0, ["surrogate fit (n=15): FAILURE: x"])])
+    assert S.fit_surrogate(model, maxiter=5) == ["surrogate fit (n=15): FAILURE: x"] and calls == [5]
+
+
+def test_interpolating_relevance_fit_with_a_categorical_step_reports_no_false_failure():
+    """End to end: a logistic black box with a categorical step under the smooth-classifier preset; the
+    interpolating relevance fit's line search stops at its optimum (continuing changes nothing), which is not a
+    failure to report."""
+    from gpytorch_explain.local import PRESETS
+
+    rs = np.random.RandomState(0)
+    X = rs.randn(200, 6)
+    X[:, 5] = rs.randint(0, 3, 200)
+    X[:, 4] = 1.0  # a constant column (never perturbed)
+
+    def proba(Z):
+        return 1 / (1 + np.exp(-(Z[:, 0] - 0.5 * Z[:, 1] + 0.8 * (Z[:, 5] == 2))))
+
+    ex = LocalGPExplainer(proba, X, budget=40, seed=0, categorical_features=[5], **PRESETS["smooth_classifier"])
+    result = ex.explain(X[3])
+    assert not [w for w in result.warnings if "ABNORMAL" in w or "FAILURE" in w], result.warnings
