@@ -70,6 +70,11 @@ def _one_sided_spread(forward: float, backward: float) -> float:
     return 0.5 * abs(forward - backward)
 
 
+#: with a fixed relevance noise (``relevance_noise``), the share of the samples away from ``x`` and its stencil that
+#: each relevance refit keeps (subsampling without replacement; the rows next to ``x`` are kept in every refit)
+RELEVANCE_SUBSAMPLE_FRACTION = 0.5
+
+
 def _relevance_of(model) -> torch.Tensor:
     """Normalised :math:`1/\\ell` of an ARD-RBF surrogate (plain or inside a ``ScaleKernel``)."""
     kernel = model.covar_module
@@ -121,7 +126,15 @@ class _ReadoutMixin(_FloorMixin):
     def _bagged(self, rmodel, ell: np.ndarray, messages: list[str], rng: np.random.RandomState):
         if not self.relevance_bootstrap:
             return ell, (1.0 / ell) / (1.0 / ell).sum(), np.zeros_like(ell)
-        rel, notes = bootstrap_relevances(rmodel, self.relevance_bootstrap, rng)
+        if self.relevance_noise is None:
+            rel, notes = bootstrap_relevances(rmodel, self.relevance_bootstrap, rng)
+        else:  # an interpolating fit: keep x and the stencil's rows in every refit, half of the others
+            U = rmodel.train_inputs[0]
+            reach = 0.0 if self.stencil is None else self.stencil
+            keep = U.abs().amax(-1) <= reach * (1.0 + 1e-9)
+            rel, notes = bootstrap_relevances(
+                rmodel, self.relevance_bootstrap, rng, keep=keep, fraction=RELEVANCE_SUBSAMPLE_FRACTION
+            )
         messages += [f"relevance surrogate: {m}" for m in notes]
         return ell, rel.mean(0), (rel.std(0, ddof=1) if len(rel) > 1 else np.zeros_like(ell))
 

@@ -289,11 +289,18 @@ def bootstrap_relevances(
     num: int,
     rng: np.random.RandomState,
     maxiter: int = RELEVANCE_BOOTSTRAP_MAXITER,
+    *,
+    keep: Tensor | None = None,
+    fraction: float | None = None,
 ) -> tuple[np.ndarray, list[str]]:
     r"""Normalised :math:`1/\ell` of ``num`` refits of a fitted ARD-RBF ``model`` on bootstrap resamples of its samples.
 
     Refit ``b`` draws ``n`` of the ``n`` samples with replacement (``rng``), starts from ``model``'s hyperparameters
-    (same kernel, priors and likelihood) and runs at most ``maxiter`` L-BFGS-B iterations. Each row of the result is
+    (same kernel, priors and likelihood) and runs at most ``maxiter`` L-BFGS-B iterations. With ``fraction`` (in
+    (0, 1]) each refit instead keeps every sample that ``keep`` (a boolean mask over the samples; default none)
+    marks and ``round(fraction · m)`` of the ``m`` others drawn without replacement (subsampling, "subagging"): an
+    interpolating fit (a fixed small noise) must not lose the few samples next to ``x`` that set the slopes there,
+    and a duplicated sample adds nothing to it. Each row of the result is
     :math:`(1/\ell^{(b)}_i) / \sum_j 1/\ell^{(b)}_j`. With 50 samples a single MAP fit of the lengthscales is a
     jumpy function of the samples (on a tree ensemble which weak feature gets a short lengthscale flips from seed
     to seed); the mean over the refits is the bagged relevance of :class:`~gpytorch_explain.local.LocalGPExplainer`
@@ -314,9 +321,20 @@ def bootstrap_relevances(
     """
     U, y = model.train_inputs[0], model.train_targets
     n = y.numel()
+    if fraction is not None and not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}.")
+    kept = np.zeros(n, dtype=bool) if keep is None else np.asarray(keep.cpu() if torch.is_tensor(keep) else keep)
+    if kept.shape != (n,) or kept.dtype != bool:
+        raise ValueError(f"keep must be a boolean mask of shape ({n},), got {kept.dtype} {kept.shape}.")
+    others = np.flatnonzero(~kept)
     rows, failed, messages = [], 0, []
     for _ in range(num):
-        idx = torch.as_tensor(rng.randint(0, n, size=n), device=U.device)
+        if fraction is None:
+            draw = rng.randint(0, n, size=n)
+        else:
+            chosen = rng.choice(others, int(round(fraction * others.size)), replace=False)
+            draw = np.sort(np.concatenate([np.flatnonzero(kept), chosen]))
+        idx = torch.as_tensor(draw, device=U.device)
         refit = copy.deepcopy(model)
         refit.set_train_data(U[idx], y[idx], strict=False)
         notes = fit_surrogate(refit, maxiter=maxiter, final=False)

@@ -10,7 +10,13 @@ from scipy.stats import spearmanr
 
 from gpytorch_explain.local import PRESETS, LocalGPExplainer
 from gpytorch_explain.local import readout as readout_module
-from gpytorch_explain.local.surrogate import fit_surrogate, make_relevance_surrogate, make_surrogate
+from gpytorch_explain.local import surrogate as surrogate_module
+from gpytorch_explain.local.surrogate import (
+    bootstrap_relevances,
+    fit_surrogate,
+    make_relevance_surrogate,
+    make_surrogate,
+)
 
 
 def _samples_with_a_stencil():
@@ -82,8 +88,8 @@ def test_the_explainer_fits_its_relevance_with_the_fixed_noise(monkeypatch):
 
 
 def test_smooth_classifier_preset_on_a_30_feature_logistic_model():
-    """The preset's setting (logit link, interpolating surrogates, one relevance fit): at 50 calls for 30 features
-    the relevance orders the 27 effects like their true sizes and gives the 3 features without effect ~0."""
+    """The preset's setting (logit link, interpolating surrogates, 8 subsampled relevance refits): at 50 calls for
+    30 features the relevance orders the 27 effects like their true sizes and gives the 3 features without effect ~0."""
     D = 30
     a = np.concatenate([np.linspace(1.5, 0.2, D - 3), np.zeros(3)])
     data = np.random.RandomState(0).randn(300, D)
@@ -118,3 +124,81 @@ def test_relevance_noise_needs_the_saas_relevance():
     data = np.random.RandomState(0).randn(50, 3)
     with pytest.raises(ValueError, match="relevance_prior='saas'"):
         LocalGPExplainer(lambda X: X[:, 0], data, relevance_noise=1e-6, relevance_prior="lognormal")
+
+
+def _capture_refits(monkeypatch):
+    """Record the training inputs and the normalised 1/l of every refit that bootstrap_relevances makes."""
+    seen = []
+    original = surrogate_module.fit_surrogate
+
+    def spy(model, *args, **kwargs):
+        out = original(model, *args, **kwargs)
+        if kwargs.get("final") is False:  # the refits (the explainer's full fits are final)
+            inv = 1.0 / model.covar_module.base_kernel.lengthscale.detach().reshape(-1).numpy()
+            seen.append((model.train_inputs[0].detach().clone(), inv / inv.sum()))
+        return out
+
+    monkeypatch.setattr(surrogate_module, "fit_surrogate", spy)
+    return seen
+
+
+def test_subsampled_refits_keep_the_marked_rows_and_half_of_the_others(monkeypatch):
+    U, y = _samples_with_a_stencil()
+    model = make_relevance_surrogate(make_surrogate(U, y), noise=1e-6)
+    fit_surrogate(model)
+    keep = U.abs().amax(-1) <= 0.1  # the origin and its stencil: 5 rows
+    seen = _capture_refits(monkeypatch)
+    rel, notes = bootstrap_relevances(model, 6, np.random.RandomState(0), keep=keep, fraction=0.5)
+    assert notes == [] and rel.shape == (6, 4) and len(seen) == 6
+    np.testing.assert_allclose(rel.sum(1), 1.0, rtol=1e-12)
+    rows = {tuple(r.tolist()) for r in U.numpy()}
+    subsets = set()
+    for (Ub, inv), r in zip(seen, rel, strict=True):
+        np.testing.assert_allclose(r, inv, rtol=1e-12)  # each row is that refit's normalised 1/l
+        got = [tuple(row.tolist()) for row in Ub.numpy()]
+        assert len(set(got)) == len(got) == 5 + round(0.5 * 25)  # without replacement
+        assert set(got) <= rows
+        assert {tuple(row.tolist()) for row in U[keep].numpy()} <= set(got)  # every marked row, every time
+        subsets.add(frozenset(got))
+    assert len(subsets) > 1  # the others vary between refits
+    # the classic bootstrap (no fraction) draws with replacement and may drop the marked rows
+    seen.clear()
+    bootstrap_relevances(model, 6, np.random.RandomState(0))
+    dropped = [
+        not {tuple(row.tolist()) for row in U[keep].numpy()} <= {tuple(r.tolist()) for r in Ub.numpy()}
+        for Ub, _ in seen
+    ]
+    assert any(dropped) and all(len(Ub) == len(U) for Ub, _ in seen)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [dict(fraction=0.0), dict(fraction=1.5), dict(fraction=0.5, keep=torch.zeros(3, dtype=torch.bool))]
+)
+def test_subsampling_arguments_are_checked(kwargs):
+    U, y = _samples_with_a_stencil()
+    model = make_surrogate(U, y)
+    with pytest.raises(ValueError, match="fraction|keep"):
+        bootstrap_relevances(model, 2, np.random.RandomState(0), **kwargs)
+
+
+def test_the_explainer_subsamples_around_x_and_its_stencil_with_a_fixed_noise(monkeypatch):
+    data = np.random.RandomState(0).randn(200, 4)
+    f = lambda X: X @ np.array([1.0, -0.5, 0.25, 0.0]) + 0.1 * np.sin(X[:, 0])  # noqa: E731
+    kw = dict(budget=24, seed=2, raw_samples=16, relevance_noise=1e-6, relevance_bootstrap=4)
+    seen = _capture_refits(monkeypatch)
+    ex = LocalGPExplainer(f, data, **kw)
+    assert ex.stencil_kind == "central" and ex.stencil == 0.1
+    res = ex.explain(data[1])
+    ex_scale = data.std(0)  # interval 1: box half-width = one std
+    U_all = (res.x_samples - res.x) / ex_scale
+    near = np.abs(U_all).max(1) <= 0.1 + 1e-12  # x and its central stencil (8 rows for 4 features at 24 calls)
+    assert near.sum() == 9
+    assert len(seen) == 4
+    for Ub, _ in seen:
+        got = {tuple(np.round(r, 10)) for r in Ub.numpy()}
+        assert {tuple(np.round(r, 10)) for r in U_all[near]} <= got
+        assert len(got) == near.sum() + round(0.5 * (~near).sum())
+    np.testing.assert_allclose(res.relevance, np.mean([inv for _, inv in seen], 0), rtol=1e-10)
+    assert res.relevance[3] < 0.01  # no effect
+    again = LocalGPExplainer(f, data, **kw).explain(data[1])
+    np.testing.assert_array_equal(res.relevance, again.relevance)
