@@ -310,6 +310,9 @@ _ABBREV = {
     # made before the surrogates' fits used the dense objective (2026-11-30: equal to round-off per evaluation, but
     # fits and BO paths can part at round-off, so individual explanations differ)
     "pre_dense=True": "pre-dense",
+    # made while the refits of an interpolating relevance fit (relevance_noise) started from the full fit and kept
+    # half of the samples away from x (2026-11-30; since: cold starts, 0.3 of them)
+    "subsample_start=warm-half": "warm-half",
 }
 
 

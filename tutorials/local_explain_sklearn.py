@@ -240,7 +240,7 @@ clf_result = LocalGPExplainer(
     budget=BUDGET,
     seed=0,
     feature_names=cancer.feature_names[:10],
-    **PRESETS["smooth_classifier"],  # link="logit", interpolating surrogates, 8 relevance refits
+    **PRESETS["smooth_classifier"],  # link="logit", interpolating surrogates, 16 relevance refits
 ).explain(xc)
 h = 1e-4 * Xc_train.std(0)
 step = np.diag(h)  # row j moves feature j by h_j

@@ -72,7 +72,7 @@ def _one_sided_spread(forward: float, backward: float) -> float:
 
 #: with a fixed relevance noise (``relevance_noise``), the share of the samples away from ``x`` and its stencil that
 #: each relevance refit keeps (subsampling without replacement; the rows next to ``x`` are kept in every refit)
-RELEVANCE_SUBSAMPLE_FRACTION = 0.5
+RELEVANCE_SUBSAMPLE_FRACTION = 0.3
 
 
 def _relevance_of(model) -> torch.Tensor:
@@ -106,6 +106,7 @@ class _ReadoutMixin(_FloorMixin):
         if self.relevance_prior == "lognormal":
             return self._bagged(model, _to_numpy(model.covar_module.lengthscale.reshape(-1)), messages, rng)
         rmodel = make_relevance_surrogate(model, noise=self.relevance_noise)
+        start = {k: v.detach().clone() for k, v in rmodel.state_dict().items()}
         fit_messages = fit_surrogate(
             rmodel, maxiter=self.final_maxiter, watch=_relevance_of, watch_label="normalised relevances"
         )
@@ -121,19 +122,24 @@ class _ReadoutMixin(_FloorMixin):
                 f"stds per box half-width, the largest {slope.max():.3g}); the relevances mean nothing. Check "
                 "fidelity, the black box's output range or the interval."
             )
-        return self._bagged(rmodel, ell, messages, rng)
+        return self._bagged(rmodel, ell, messages, rng, start)
 
-    def _bagged(self, rmodel, ell: np.ndarray, messages: list[str], rng: np.random.RandomState):
+    def _bagged(self, rmodel, ell: np.ndarray, messages: list[str], rng: np.random.RandomState, start=None):
         if not self.relevance_bootstrap:
             return ell, (1.0 / ell) / (1.0 / ell).sum(), np.zeros_like(ell)
         if self.relevance_noise is None:
             rel, notes = bootstrap_relevances(rmodel, self.relevance_bootstrap, rng)
-        else:  # an interpolating fit: keep x and the stencil's rows in every refit, half of the others
+        else:  # an interpolating fit: keep x and the stencil's rows in every refit, a share of the others, cold starts
             U = rmodel.train_inputs[0]
             reach = 0.0 if self.stencil is None else self.stencil
             keep = U.abs().amax(-1) <= reach * (1.0 + 1e-9)
             rel, notes = bootstrap_relevances(
-                rmodel, self.relevance_bootstrap, rng, keep=keep, fraction=RELEVANCE_SUBSAMPLE_FRACTION
+                rmodel,
+                self.relevance_bootstrap,
+                rng,
+                keep=keep,
+                fraction=RELEVANCE_SUBSAMPLE_FRACTION,
+                start=start,
             )
         messages += [f"relevance surrogate: {m}" for m in notes]
         return ell, rel.mean(0), (rel.std(0, ddof=1) if len(rel) > 1 else np.zeros_like(ell))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -292,6 +292,7 @@ def bootstrap_relevances(
     *,
     keep: Tensor | None = None,
     fraction: float | None = None,
+    start: Mapping[str, Tensor] | None = None,
 ) -> tuple[np.ndarray, list[str]]:
     r"""Normalised :math:`1/\ell` of ``num`` refits of a fitted ARD-RBF ``model`` on bootstrap resamples of its samples.
 
@@ -300,7 +301,10 @@ def bootstrap_relevances(
     (0, 1]) each refit instead keeps every sample that ``keep`` (a boolean mask over the samples; default none)
     marks and ``round(fraction · m)`` of the ``m`` others drawn without replacement (subsampling, "subagging"): an
     interpolating fit (a fixed small noise) must not lose the few samples next to ``x`` that set the slopes there,
-    and a duplicated sample adds nothing to it. Each row of the result is
+    and a duplicated sample adds nothing to it. ``start`` (a ``state_dict`` of ``model``, e.g. taken before its
+    fit) makes every refit start from those hyperparameters instead of ``model``'s fitted ones (a cold start):
+    a warm start keeps each refit near the full fit's optimum, so the full fit's seed-dependent choice of features
+    carries into every refit (see ``LocalGPExplainer(relevance_noise=...)``). Each row of the result is
     :math:`(1/\ell^{(b)}_i) / \sum_j 1/\ell^{(b)}_j`. With 50 samples a single MAP fit of the lengthscales is a
     jumpy function of the samples (on a tree ensemble which weak feature gets a short lengthscale flips from seed
     to seed); the mean over the refits is the bagged relevance of :class:`~gpytorch_explain.local.LocalGPExplainer`
@@ -336,6 +340,8 @@ def bootstrap_relevances(
             draw = np.sort(np.concatenate([np.flatnonzero(kept), chosen]))
         idx = torch.as_tensor(draw, device=U.device)
         refit = copy.deepcopy(model)
+        if start is not None:
+            refit.load_state_dict(start)
         refit.set_train_data(U[idx], y[idx], strict=False)
         notes = fit_surrogate(refit, maxiter=maxiter, final=False)
         if any("failed" in m for m in notes):

@@ -11,6 +11,7 @@ from scipy.stats import spearmanr
 from gpytorch_explain.local import PRESETS, LocalGPExplainer
 from gpytorch_explain.local import readout as readout_module
 from gpytorch_explain.local import surrogate as surrogate_module
+from gpytorch_explain.local.readout import RELEVANCE_SUBSAMPLE_FRACTION
 from gpytorch_explain.local.surrogate import (
     bootstrap_relevances,
     fit_surrogate,
@@ -126,9 +127,17 @@ def test_relevance_noise_needs_the_saas_relevance():
         LocalGPExplainer(lambda X: X[:, 0], data, relevance_noise=1e-6, relevance_prior="lognormal")
 
 
+class _Refits(list):
+    """(training inputs, normalised 1/l) of each refit; ``targets``: their training targets."""
+
+    def __init__(self):
+        super().__init__()
+        self.targets: list[torch.Tensor] = []
+
+
 def _capture_refits(monkeypatch):
     """Record the training inputs and the normalised 1/l of every refit that bootstrap_relevances makes."""
-    seen = []
+    seen = _Refits()
     original = surrogate_module.fit_surrogate
 
     def spy(model, *args, **kwargs):
@@ -136,6 +145,7 @@ def _capture_refits(monkeypatch):
         if kwargs.get("final") is False:  # the refits (the explainer's full fits are final)
             inv = 1.0 / model.covar_module.base_kernel.lengthscale.detach().reshape(-1).numpy()
             seen.append((model.train_inputs[0].detach().clone(), inv / inv.sum()))
+            seen.targets.append(model.train_targets.detach().clone())
         return out
 
     monkeypatch.setattr(surrogate_module, "fit_surrogate", spy)
@@ -171,6 +181,34 @@ def test_subsampled_refits_keep_the_marked_rows_and_half_of_the_others(monkeypat
     assert any(dropped) and all(len(Ub) == len(U) for Ub, _ in seen)
 
 
+def _cold_refit_relevance(Ub: torch.Tensor, yb: torch.Tensor) -> np.ndarray:
+    """An independent refit on one subsample: a fresh relevance surrogate (initial hyperparameters), 30 iterations."""
+    fresh = make_relevance_surrogate(make_surrogate(Ub, yb), noise=1e-6)
+    fit_surrogate(fresh, maxiter=30, final=False)
+    inv = 1.0 / fresh.covar_module.base_kernel.lengthscale.detach().reshape(-1).numpy()
+    return inv / inv.sum()
+
+
+def test_subsampled_refits_start_cold_from_the_given_state(monkeypatch):
+    U, y = _samples_with_a_stencil()
+    model = make_relevance_surrogate(make_surrogate(U, y), noise=1e-6)
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    fit_surrogate(model)
+    fitted = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    keep = U.abs().amax(-1) <= 0.1
+    seen = _capture_refits(monkeypatch)
+    cold, _ = bootstrap_relevances(model, 4, np.random.RandomState(1), keep=keep, fraction=0.3, start=start)
+    assert len(seen) == 4
+    for (Ub, _), yb, row in zip(seen, seen.targets, cold, strict=True):
+        assert len(Ub) == 5 + round(0.3 * 25)
+        np.testing.assert_allclose(row, _cold_refit_relevance(Ub, yb), rtol=1e-8, atol=1e-10)
+    # the same subsamples warm-started at the full fit end elsewhere (so the check above can fail)
+    warm, _ = bootstrap_relevances(model, 4, np.random.RandomState(1), keep=keep, fraction=0.3)
+    assert np.abs(warm - cold).max() > 1e-4
+    for k, v in model.state_dict().items():  # the fitted model itself is left as it was
+        assert torch.equal(v, fitted[k]), k
+
+
 @pytest.mark.parametrize(
     "kwargs", [dict(fraction=0.0), dict(fraction=1.5), dict(fraction=0.5, keep=torch.zeros(3, dtype=torch.bool))]
 )
@@ -197,8 +235,10 @@ def test_the_explainer_subsamples_around_x_and_its_stencil_with_a_fixed_noise(mo
     for Ub, _ in seen:
         got = {tuple(np.round(r, 10)) for r in Ub.numpy()}
         assert {tuple(np.round(r, 10)) for r in U_all[near]} <= got
-        assert len(got) == near.sum() + round(0.5 * (~near).sum())
+        assert len(got) == near.sum() + round(RELEVANCE_SUBSAMPLE_FRACTION * (~near).sum())
     np.testing.assert_allclose(res.relevance, np.mean([inv for _, inv in seen], 0), rtol=1e-10)
+    for (Ub, inv), yb in zip(seen, seen.targets, strict=True):  # each refit starts cold
+        np.testing.assert_allclose(inv, _cold_refit_relevance(Ub, yb), rtol=1e-8, atol=1e-10)
     assert res.relevance[3] < 0.01  # no effect
     again = LocalGPExplainer(f, data, **kw).explain(data[1])
     np.testing.assert_array_equal(res.relevance, again.relevance)
